@@ -1,0 +1,1 @@
+"""specbandit collection engine: targets, drafters, verification, block logging (see sweep.py)."""
