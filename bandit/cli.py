@@ -11,6 +11,7 @@ from bandit import logs
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Counterfactual analysis of multi-drafter speculative decoding logs.")
 app.command("validate")(logs.cli)
+from bandit import replay; app.command("replay")(replay.cli)  # noqa: E402
 
 
 @app.callback()
