@@ -57,14 +57,14 @@ class SimConfig:
     token_accept: tuple[tuple[float, ...], ...] | None = None
     ranking_flips: bool = False
     flip_margin: float = 0.2         # probit lead of drafter w mod D on workload w when flips are on
-    shared: float = 0.6              # share of the per-position latent variance common to all drafters
+    shared: float = 0.9              # share of the per-position latent variance common to all drafters
     prompt_sd: float = 0.25          # per-prompt random effect, shared by the drafters
     prompt_drafter_sd: float = 0.15  # per-prompt random effect, per drafter
     signal: tuple[float, ...] = (0.8, 0.8, 0.0, 0.8)  # (W,) confidence signal strength in [0,1]
     conf_base: tuple[float, ...] = (0.0, 0.3, 2.5, 0.2)  # (W,) logit offset of confidence
     empty_rate: tuple[float, ...] = (0.0, 0.0, 0.0, 0.4)  # (D,) P(no draft) where the first token would miss
-    n_prompts: int = 12              # per workload
-    out_len: int = 80                # target output tokens per prompt
+    n_prompts: int = 24              # per workload
+    out_len: int = 96                # target output tokens per prompt
     k: int = 8                       # maximum draft length
     dense: bool = True               # a record at every position (else block starts of `behaviour` only)
     behaviour: int = 1               # drafter index whose trajectory marks `block` (the logged run)
@@ -305,7 +305,7 @@ def true_mean_accepted(cfg: SimConfig, n_nodes: int = 96) -> np.ndarray:
     return per_t @ wq
 
 
-def cli(out: Path = Path("runs/sim"), seed: int = 0, n_prompts: int = 12, out_len: int = 80,
+def cli(out: Path = Path("runs/sim"), seed: int = 0, n_prompts: int = 24, out_len: int = 96,
         sparse: bool = False, flips: bool = False, plain: bool = False) -> None:
     """Write a simulated [SIM] campaign (dense by default) and its manifest; print its mean accepted table.
 
