@@ -342,32 +342,30 @@ class LinUCB(_Policy):
         D, W = self.n_arms_, max(len(self.workloads_), 1)
         self.dim_ = W + 6 * D
         self.Ainv_ = np.repeat(np.eye(self.dim_)[None] / self.ridge, D, axis=0)   # (D, dim, dim)
-        self.theta_ = np.zeros((D, self.dim_))                                    # A^-1 b per drafter
-        self.b_ = np.zeros((D, self.dim_))
-        self.x_ = np.zeros(self.dim_)
+        self.theta_ = np.zeros((D, self.dim_))                                    # ridge estimate A^-1 b
+        self.onehot_ = np.eye(W)
+        self.x_, self.Ax_ = np.zeros(self.dim_), np.zeros((D, self.dim_))
 
     def _x(self, ctx) -> np.ndarray:
-        W = self.dim_ - 6 * self.n_arms_
         a = ctx.prev_accepted
-        seen = a == a
-        f = ctx.prev_features.ravel()
-        x = np.concatenate([np.zeros(W), np.where(f == f, f, 0.0), np.where(seen, a, 0.0) / self.scale_, seen])
-        x[ctx.workload] = 1.0
+        x = np.concatenate((self.onehot_[ctx.workload], ctx.prev_features.ravel(), a / self.scale_, a == a))
+        x[np.isnan(x)] = 0.0
         return x
 
     def choose(self, ctx) -> int:
         self._scale(ctx)
         x = self.x_ = self._x(ctx)
-        Ax = self.Ainv_ @ x                                   # (D, dim)
+        Ax = self.Ax_ = self.Ainv_ @ x                                   # (D, dim)
         score = self.theta_ @ x + self.alpha * np.sqrt(np.maximum(Ax @ x, 0.0))
-        return int(np.argmax(score))
+        return int(score.argmax())
 
     def update(self, ctx, chosen, accepted, observed) -> None:
-        x, A = self.x_, self.Ainv_[chosen]
-        Ax = A @ x
-        A -= np.outer(Ax, Ax) / (1.0 + x @ Ax)
-        self.b_[chosen] += (float(accepted[chosen]) / self.scale_) * x
-        self.theta_[chosen] = A @ self.b_[chosen]
+        # Sherman-Morrison on A^-1 and the matching recursive least-squares step on theta
+        x, Ax = self.x_, self.Ax_[chosen]
+        denom = 1.0 + float(x @ Ax)
+        self.Ainv_[chosen] -= np.outer(Ax, Ax / denom)
+        th = self.theta_[chosen]
+        th += Ax * ((float(accepted[chosen]) / self.scale_ - float(th @ x)) / denom)
 
 
 # ---------------------------------------------------------------- spec-select
@@ -436,21 +434,36 @@ class SpecSelect(_Policy):
         self.time_ = StepTime.from_timing(self.drafters_, self.is_lookup_, timing)
         self.state_: dict[int, np.ndarray] = {}   # prompt -> (D, 2, k) decayed (hits, trials)
         self.B_ = 0   # draft positions tracked: k, fixed at the first block
+        self.cut_ = (-1, -1)
 
     def _init_tables(self, ctx) -> None:
         k = self.B_ = int(self._scale(ctx))
-        D = self.n_arms_
+        D, L = self.n_arms_, np.arange(k + 1)
         self.G_ = np.zeros((D, 2, k))      # pooled decayed (hits, trials) per drafter and draft position
-        self.Lgrid_ = np.arange(k + 1)
         # (hits, trials) rows of a draft of length n that accepted a: positions 0..a-1 accepted,
         # position a (when drafted) rejected, later ones never reached
-        pos, ar = np.arange(k), np.arange(k + 1)
-        A, N = ar[:, None, None], ar[None, :, None]
+        pos, A, N = np.arange(k), L[:, None, None], L[None, :, None]
         self.TAB_ = np.stack([pos < np.minimum(A, N), pos <= np.minimum(A, N - 1)], axis=2).astype(float)  # (a, n, 2, k)
-        self.cand_ = self.is_lookup_[None, :] | np.eye(D, dtype=bool)   # seen when row drafter is chosen
+        self.cand_ = self.is_lookup_[None, :] | np.eye(D, dtype=bool)   # row: drafters seen when it is chosen
         calls = float(self.time_.drafter_ms[self.is_lookup_].sum()) + np.where(self.is_lookup_, 0.0, self.time_.drafter_ms)
         # log step time of drafter d verifying L = 0..k draft tokens (+1 bonus); lookup drafts are always computed
-        self.log_step_ = np.log(self.time_.verify(ar + 1.0)[None, :] + calls[:, None])  # (D, k+1)
+        self.log_step_ = np.log(self.time_.verify(L + 1.0)[None, :] + calls[:, None])  # (D, k+1)
+        # allowed cuts as an additive penalty: rows 0..k a lookup draft of length n (L <= n), row k+1 a
+        # model draft (verified whole, L = k); `lo_`/`hi_` clip a draft length to its row
+        self.PEN_ = np.where(np.r_[L[:, None] >= L[None, :], (L == k)[None, :]], 0.0, -np.inf)
+        self.lo_ = np.where(self.is_lookup_, 0, k + 1)
+        self.hi_ = np.where(self.is_lookup_, k, k + 1)
+        self.buf_ = np.zeros((D, k + 1))
+
+    def _state(self, prompt: int) -> np.ndarray:
+        """(D, 2, k) decayed (hits, trials) of this prompt; a new prompt starts from the pooled
+        estimate with `prior` pseudo-trials (a slot carries what it learned into the next request)."""
+        s = self.state_.get(prompt)
+        if s is None:
+            G = self.G_
+            g = (G[:, 0] + 1.0) / (G[:, 1] + 2.0)
+            s = self.state_[prompt] = np.stack([self.prior * g, np.full_like(g, self.prior)], axis=1)
+        return s
 
     def expected_tokens(self, prompt: int) -> np.ndarray:
         """(D, k + 1) expected tokens of each drafter's draft cut to L = 0..k, for this prompt.
@@ -458,32 +471,24 @@ class SpecSelect(_Policy):
         A draft cut to L accepts min(A, L), and E[min(A, L)] = sum_{j <= L} prod_{i < j} p_i with
         p_i the acceptance at draft position i given the earlier ones were accepted.
         """
-        G = self.G_
-        g = (G[:, 0] + 1.0) / (G[:, 1] + 2.0)
-        s = self.state_.get(prompt)
-        p = g if s is None else (s[:, 0] + self.prior * g) / (s[:, 1] + self.prior)
-        et = np.ones((self.n_arms_, self.B_ + 1))
-        np.cumsum(np.cumprod(p, axis=1), axis=1, out=et[:, 1:])
-        et[:, 1:] += 1.0
-        return et
-
-    def _lengths(self, ctx) -> np.ndarray:
-        """(D,) draft length per option: a lookup draft's own, a model draft k (not known before drafting)."""
-        return np.where(self.is_lookup_, np.minimum(ctx.draft_len, self.B_), self.B_)
+        s = self._state(prompt)
+        buf = self.buf_
+        np.cumsum(np.cumprod(s[:, 0] / s[:, 1], axis=1), axis=1, out=buf[:, 1:])
+        return buf + 1.0
 
     def choose(self, ctx):
         if not self.B_:
             self._init_tables(ctx)
-        et = self.expected_tokens(ctx.prompt)
-        n = self._lengths(ctx)
-        v = np.log(et) - self.log_step_
-        # lookup drafts may be cut anywhere up to their length; a model draft is verified whole
-        L = self.Lgrid_[None, :]
-        allowed = np.where(self.is_lookup_[:, None], L <= n[:, None], L == n[:, None])
-        v = np.where(allowed, v, -np.inf)
-        flat = int(np.argmax(v))
-        d, L = divmod(flat, self.B_ + 1)
-        return (d, L) if self.is_lookup_[d] else d
+        self.expected_tokens(ctx.prompt)
+        v = np.log1p(self.buf_)
+        v -= self.log_step_
+        v += self.PEN_[np.clip(ctx.draft_len, self.lo_, self.hi_)]
+        d, L = divmod(int(v.argmax()), self.B_ + 1)
+        if not self.is_lookup_[d]:
+            self.cut_ = (d, -1)
+            return d
+        self.cut_ = (d, L if L < ctx.draft_len[d] else -1)
+        return (d, L)
 
     def update(self, ctx, chosen, accepted, observed) -> None:
         if not self.B_:
@@ -491,15 +496,20 @@ class SpecSelect(_Policy):
         seen = observed & self.cand_[chosen] & (ctx.draft_len > 0)
         if not seen.any():
             return
-        s = self.state_.get(ctx.prompt)
-        if s is None:
-            s = self.state_[ctx.prompt] = np.zeros_like(self.G_)
+        s = self._state(ctx.prompt)
         a = np.where(seen, accepted, 0.0).astype(np.intp)
-        inc = self.TAB_[a, np.minimum(ctx.draft_len, self.B_)] * seen[:, None, None]
+        n = np.minimum(ctx.draft_len, self.B_)
+        d, L = self.cut_
+        if d == chosen and 0 <= L <= a[d]:
+            # the replay reveals a cut draft only up to the cut: censored, so no rejection at L
+            n[d] = L
+        inc = self.TAB_[a, n]
+        inc *= seen[:, None, None]
         f = np.where(seen, self.decay, 1.0)[:, None, None]
-        for S in (s, self.G_):
-            S *= f
-            S += inc
+        s *= f
+        s += inc
+        self.G_ *= f
+        self.G_ += inc
 
     # ---------------------------------------------------------------- several sequences per step
 
@@ -529,7 +539,8 @@ class SpecSelect(_Policy):
             self._init_tables(ctxs[0])
         per_seq, ref = [], []
         for ctx in ctxs:
-            et, n = self.expected_tokens(ctx.prompt), self._lengths(ctx)
+            et = self.expected_tokens(ctx.prompt)
+            n = np.where(self.is_lookup_, np.minimum(ctx.draft_len, self.B_), self.B_)
             cands = {}
             for d in range(self.n_arms_):
                 if self.is_lookup_[d]:
