@@ -12,6 +12,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Counterfactual analysis of multi-drafter speculative decoding logs.")
 app.command("validate")(logs.cli)
 from bandit import replay; app.command("replay")(replay.cli)  # noqa: E402
+from bandit import ci, selector, breakeven; app.command("ci")(ci.cli); app.command("selector")(selector.cli); app.command("breakeven")(breakeven.cli)  # noqa: E402
 
 
 @app.callback()
