@@ -162,7 +162,7 @@ def render(r: BreakevenReport) -> str:
     for alpha in (0.0, 0.25, 1.0):
         be = breakeven_rho(r.gain, r.redraft_rate, r.K, alpha)
         regime = breakeven_regime(r.gain, r.redraft_rate, r.K, alpha)
-        say = {"below": f"wins while rho < {be:.4f}", "above": f"wins only while rho > {be:.4f}",
+        say = {"below": f"wins while rho < {be or 0:.4f}", "above": f"wins only while rho > {be or 0:.4f}",
                "never": "never wins, at any drafter cost", "always": "wins at every drafter cost"}[regime]
         lines.append(f"alpha = {alpha:.2f}: selector {say} [MODEL]")
     lines += ["", "does selection beat always re-drafting? (equal rho for every drafter, alpha 0) [MODEL]",
@@ -177,19 +177,20 @@ def render(r: BreakevenReport) -> str:
                      "no wall-clock speedup is claimed.")
     else:
         rho, alpha_u = r.measured
+        src = {"MEASURED": "measured", "SIM": "simulated"}.get(r.label, "unlabelled")
         missing = [d for d in (r.primary, *r.alternatives) if d not in rho]
         if missing:
             lines.append(f"timing present but lacks drafters {', '.join(missing)}: rho was not measured for them [MODEL]")
         else:
             rp, ra = rho[r.primary], [rho[a] for a in r.alternatives]
-            lines.append(f"measured rho: " + ", ".join(f"{d} {rho[d]:.4f}" for d in (r.primary, *r.alternatives))
-                         + f"; alpha (union verification) {alpha_u:.4f} [MEASURED]")
+            lines.append(f"rho from the manifest's {src} timing: " + ", ".join(f"{d} {rho[d]:.4f}" for d in (r.primary, *r.alternatives))
+                         + f"; alpha (union verification) {alpha_u:.4f} [{tag}]")
             for name, a in (("union verification", alpha_u), ("separate verification", 1.0)):
                 s_sel = speedup(r.gain, r.redraft_rate, rp, ra, a)
                 s_bon = speedup(r.bon_gain, 1.0, rp, ra, a)
-                verdict = "faster" if s_sel > 1 else "slower"
-                lines.append(f"wall-clock verdict, {name}: selector {s_sel:.3f}x ({verdict} than the primary alone), "
-                             f"best-of-N {s_bon:.3f}x [MEASURED]")
+                verdict = "faster" if s_sel > 1 else "slower" if s_sel < 1 else "no faster, no slower"
+                lines.append(f"{src} wall-clock verdict, {name} (alpha {a:.3f}): selector {s_sel:.3f}x ({verdict} than the "
+                             f"primary alone), best-of-N {s_bon:.3f}x [{tag}]")
     return "\n".join(lines) + "\n"
 
 

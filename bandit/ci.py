@@ -270,37 +270,13 @@ def table_stats(b: BlockTable, unit: str, n_resamples: int, seed: int, method: s
             for i, n in enumerate(names)]
 
 
-def trajectory_passes(t: BlockTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Dense logs: per prompt (tokens (P,), passes of each fixed drafter (P, D), oracle passes (P,)).
-
-    A pass at position i with drafter d produces a_d(i) + 1 tokens; the oracle is the shortest
-    path from 0 to n (fewest passes), by dynamic programming from the end.
-    """
-    P, D = t.n_prompts, len(t.drafters)
-    tokens = np.bincount(t.prompt, minlength=P)
-    n_max = int(tokens.max())
-    a = np.zeros((P, n_max, D), np.int64)
-    a[t.prompt, t.pos] = t.accepted
-    fixed = np.zeros((P, D), np.int64)
-    for d in range(D):
-        pos = np.zeros(P, np.int64)
-        while (pos < tokens).any():
-            live = pos < tokens
-            fixed[live, d] += 1
-            pos[live] += a[np.flatnonzero(live), pos[live], d] + 1
-    best = np.zeros((P, n_max + 1), np.int64)             # best[p, i]: fewest passes from i to the end
-    for i in range(n_max - 1, -1, -1):
-        live = i < tokens
-        nxt = np.minimum(i + a[:, i, :] + 1, tokens[:, None])           # (P, D)
-        best[live, i] = 1 + best[np.arange(P)[:, None], nxt].min(1)[live]
-    return tokens, fixed, best[:, 0]
-
-
 def trajectory_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> list[Entry]:
     """trajectory_oracle_gain: oracle tokens per pass / best fixed drafter's - 1 (prompt unit always:
     a trajectory lives inside one prompt)."""
+    from bandit.replay import fixed_trajectory, trajectory_oracle
     b = t.blocks()
-    tokens, fixed, oracle = trajectory_passes(t)
+    oracle = trajectory_oracle(t).passes
+    fixed = np.stack([fixed_trajectory(t, d).passes for d in range(len(t.drafters))], 1)   # (P, D)
     P, D = fixed.shape
     sel = np.zeros((P, D))
     np.add.at(sel, b.prompt, b.accepted.astype(float))   # block-start accepted: picks the best fixed drafter

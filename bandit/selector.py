@@ -250,7 +250,7 @@ class Fold:
 
     @property
     def verdict(self) -> str:
-        return verdict(self.skill_ci)
+        return "never re-drafts" if self.outcome.redraft_rate == 0 else verdict(self.skill_ci)
 
 
 def verdict(ci: tuple[float, float] | None) -> str:

@@ -1,0 +1,93 @@
+"""The cost model against hand computation from DESIGN.md's formula, and the what-if CLI."""
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bandit import breakeven as be
+
+
+def hand(g, R, K, rho, alpha):
+    # DESIGN.md: c0 = 1 + rho_p; c = 1 + rho_p + R (sum_A rho_d + alpha); speedup = (1 + g) c0 / c
+    c0 = 1 + rho
+    c = 1 + rho + R * (K * rho + alpha)
+    return (1 + g) * c0 / c
+
+
+POINTS = [(0.081, 0.43, 1, 0.0), (0.081, 0.43, 1, 0.25), (0.2, 0.3, 3, 0.0), (0.05, 0.1, 2, 0.1), (0.4, 1.0, 3, 0.0)]
+
+
+@pytest.mark.parametrize("g,R,K,alpha", POINTS)
+def test_whatif_equals_hand_computation(g, R, K, alpha):
+    rhos = [0.0, 0.02, 0.05, 0.1, 0.3]
+    ans = be.whatif(g, R, K, rhos, alpha)
+    for r in rhos:
+        assert ans["speedup"][f"{r:g}"] == pytest.approx(hand(g, R, K, r, alpha), abs=1e-6)
+    root = ans["breakeven_rho"]
+    # brute force: where does hand() cross 1 on a fine grid of rho >= 0?
+    grid = np.linspace(0, 50, 500001)
+    s = hand(g, R, K, grid, alpha) - 1
+    crossings = grid[1:][np.sign(s[1:]) != np.sign(s[:-1])]
+    if root is None:
+        assert crossings.size == 0
+    else:
+        assert crossings.size == 1 and root == pytest.approx(crossings[0], abs=2e-4)
+        assert hand(g, R, K, root, alpha) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_research_readme_operating_point():
+    # 8.1% gain at 43% redraft with one alternative: wins below rho ~0.23 with union verification, never at alpha 0.25
+    assert be.breakeven_rho(0.081, 0.43, 1, 0.0) == pytest.approx(0.081 / (0.43 - 0.081))
+    assert be.breakeven_rho(0.081, 0.43, 1, 0.25) is None
+    assert be.breakeven_regime(0.081, 0.43, 1, 0.25) == "never"
+    assert be.breakeven_regime(0.081, 0.43, 1, 0.0) == "below"
+    assert be.breakeven_regime(0.5, 0.1, 1, 0.0) == "always"
+
+
+def test_general_speedup_matches_equal_rho_form_and_vectorises():
+    assert be.speedup(0.1, 0.4, 0.05, [0.05, 0.05, 0.05], 0.2) == pytest.approx(hand(0.1, 0.4, 3, 0.05, 0.2))
+    # unequal costs: only the sum over the alternatives matters
+    assert be.speedup(0.1, 0.4, 0.02, [0.01, 0.09], 0.0) == pytest.approx(1.1 * 1.02 / (1.02 + 0.4 * 0.10))
+    v = be.speedup_equal(0.1, 0.4, 2, np.array([0.0, 0.1]), 0.0)
+    assert v.shape == (2,) and v[0] == pytest.approx(1.1)
+
+
+def test_whatif_cli_json():
+    from bandit.cli import app
+    out = CliRunner().invoke(app, ["breakeven", "--gain", "0.081", "--redraft", "0.43", "--alternatives", "1",
+                                   "--rho", "0.02,0.05,0.1", "--alpha", "0", "--json"])
+    assert out.exit_code == 0, out.output
+    ans = json.loads(out.output)
+    assert set(ans) == {"speedup", "breakeven_rho"}
+    assert ans["speedup"]["0.1"] == pytest.approx(hand(0.081, 0.43, 1, 0.1, 0.0), abs=1e-6)
+    assert ans["breakeven_rho"] == pytest.approx(0.232092, abs=1e-6)
+    out = CliRunner().invoke(app, ["breakeven", "--gain", "0.081", "--redraft", "0.43", "--alpha", "0.25", "--json"])
+    assert json.loads(out.output)["breakeven_rho"] is None
+
+
+MANIFEST = {"run": "r", "k": 8, "timing": {"verify_ms": {"tokens": [1, 2, 4, 8, 9], "ms": [5.1, 5.3, 5.6, 6.0, 6.1]},
+                                           "verify_batch_ms": {"drafts": [1, 2, 3], "ms": [6.1, 7.0, 7.9]},
+                                           "drafter_ms": {"ngram": 0.04, "draft": 2.9}}}
+
+
+def test_rho_alpha_from_manifest():
+    rho, alpha = be.rho_alpha_from_manifest(MANIFEST)
+    assert rho["ngram"] == pytest.approx(0.04 / 6.1) and rho["draft"] == pytest.approx(2.9 / 6.1)
+    assert alpha == pytest.approx(7.0 / 6.1 - 1)
+    assert be.rho_alpha_from_manifest({"k": 8}) is None
+    bad = {**MANIFEST, "timing": {"verify_ms": {"tokens": [1]}}}
+    with pytest.raises(ValueError, match="manifest r: timing"):
+        be.rho_alpha_from_manifest(bad)
+
+
+def test_report_from_logs_labels_and_measured_timing(tmp_path):
+    from bandit.simulate import SimConfig, write_sim_run
+    write_sim_run(SimConfig(n_prompts=6, out_len=48, shared=0.0), tmp_path / "sim")
+    text = be.main([tmp_path / "sim"], out=tmp_path / "be.txt")
+    assert (tmp_path / "be.txt").read_text() in text and (tmp_path / "be.png").stat().st_size > 0
+    assert "[MODEL]" in text and "simulated wall-clock verdict" in text and "[MEASURED]" not in text
+    r = be.report_from_table(__import__("bandit.logs", fromlist=["x"]).load_logs([tmp_path / "sim"]))
+    assert be.render(r) == (tmp_path / "be.txt").read_text()
+    r2 = be.BreakevenReport(**{**r.__dict__, "measured": None})
+    assert "rho was not measured" in be.render(r2)

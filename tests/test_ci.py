@@ -1,0 +1,134 @@
+"""The bootstrap engine against scipy and brute force, and ci.json against independent computations."""
+import json
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from bandit import ci
+from bandit.simulate import SimConfig, simulate_table, write_sim_run
+
+FIELDS = {"name", "value", "ci", "method", "unit", "n_resamples", "seed", "n_blocks", "n_clusters", "label", "inputs",
+          "code_version"}
+
+
+@pytest.fixture(scope="module")
+def table():
+    return simulate_table(SimConfig(n_prompts=8, out_len=60, shared=0.3, seed=3))
+
+
+def test_resample_counts_stratified_and_deterministic():
+    strata = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 2])
+    c = ci.resample_counts(strata, 1000, seed=7)
+    assert c.shape == (1000, 10)
+    for s, n in ((0, 3), (1, 2), (2, 5)):
+        assert (c[:, strata == s].sum(1) == n).all()          # every stratum keeps its size
+    assert np.array_equal(c, ci.resample_counts(strata, 1000, seed=7))
+    assert not np.array_equal(c, ci.resample_counts(strata, 1000, seed=8))
+    # each cluster is drawn Binomial(n_s, 1/n_s) times: mean 1
+    assert np.allclose(c.mean(0), 1.0, atol=0.1)
+
+
+@pytest.mark.parametrize("method", ["percentile", "bca"])
+def test_ratio_agrees_with_scipy_bootstrap(method):
+    rng = np.random.default_rng(0)
+    den = rng.integers(1, 30, 200).astype(float)
+    num = den * rng.gamma(2.0, 1.0, 200)                    # skewed ratio: BCa and percentile differ
+    n = 4000
+    mine = ci.bootstrap_ratio(num, den, np.zeros(200, int), n, seed=1, method=method)
+    ref = scipy.stats.bootstrap((num, den), lambda a, b, axis=-1: a.sum(axis) / b.sum(axis), paired=True,
+                                vectorized=True, n_resamples=n, method=method, random_state=2).confidence_interval
+    se = np.std([ci.bootstrap_ratio(num, den, np.zeros(200, int), 400, s, method).lo for s in range(5)])
+    width = ref.high - ref.low
+    assert mine.value == pytest.approx(num.sum() / den.sum())
+    # Monte-Carlo error of an endpoint with 4000 resamples is a few percent of the width
+    assert abs(mine.lo - ref.low) < 0.08 * width and abs(mine.hi - ref.high) < 0.08 * width, (mine, ref, se)
+
+
+def test_vectorised_gap_equals_refit_on_materialised_resamples(table):
+    """The count-matrix path and a brute-force path (rebuild each resampled table, recompute) give the same CI."""
+    b = table.blocks()
+
+    def gap(t):
+        a = t.accepted.astype(float)
+        return a.max(1).mean() / a.mean(0).max() - 1
+
+    for unit in ("prompt", "block"):
+        fast = next(e.ci for e in ci.table_stats(b, unit, 60, 5, "percentile") if e.name == "per_block_gap")
+        slow = ci.bootstrap_refit(b, gap, unit, 60, 5)
+        assert fast.value == pytest.approx(gap(b))
+        assert (fast.lo, fast.hi) == pytest.approx((slow.lo, slow.hi), rel=1e-12)
+
+
+def test_headline_values_equal_independent_computation(table):
+    import pandas as pd
+    from bandit.replay import summarize
+    entries = {e.name: e for e in ci.headline(table, n_resamples=50, n_refit=4)}
+    b = table.blocks()
+    df = pd.DataFrame(b.accepted, columns=b.drafters)
+    df["w"] = [b.workloads[i] for i in b.workload]
+    means = df.groupby("w").mean()
+    p = df[list(b.drafters)].mean().idxmax()
+    for w in b.workloads:
+        for d in b.drafters:
+            assert entries[f"mean_accepted[{w}][{d}]"].ci.value == pytest.approx(means.loc[w, d])
+    oracle = sum(df[df.w == w][means.loc[w].idxmax()].sum() for w in b.workloads) / len(df)
+    assert entries["workload_headroom"].ci.value == pytest.approx(oracle / df[p].mean() - 1)
+    assert entries["per_block_gap"].ci.value == pytest.approx(df[list(b.drafters)].max(axis=1).mean() / df[p].mean() - 1)
+    s = summarize(table)
+    assert entries["per_block_gap"].ci.value == pytest.approx(s.per_block_gap)
+    # trajectory oracle: brute-force recursion over one prompt at a time
+    tok, passes_best, passes_oracle = 0, 0, 0
+    pi = b.drafters.index(p)
+    for q in range(table.n_prompts):
+        a = table.accepted[table.prompt == q]
+        n = len(a)
+        f = np.zeros(n + 1, int)
+        for i in range(n - 1, -1, -1):
+            f[i] = 1 + min(f[min(n, i + a[i, d] + 1)] for d in range(a.shape[1]))
+        pos, k = 0, 0
+        while pos < n:
+            pos, k = pos + a[pos, pi] + 1, k + 1
+        passes_oracle, passes_best = passes_oracle + f[0], passes_best + k
+    assert entries["trajectory_oracle_gain"].ci.value == pytest.approx(passes_best / passes_oracle - 1)
+    for e in entries.values():
+        assert e.ci.lo <= e.ci.value <= e.ci.hi or not np.isfinite(e.ci.value) or e.ci.warning
+    assert entries["breakeven_rho"].label == "MODEL" and entries["per_block_gap"].label == "SIM"
+
+
+def test_ci_json_fields_and_byte_identical(tmp_path):
+    write_sim_run(SimConfig(n_prompts=5, out_len=48, seed=1), tmp_path / "sim")
+    outs = []
+    for i in range(2):
+        ci.main([tmp_path / "sim"], tmp_path / f"ci{i}.json", n_resamples=40, seed=3, n_refit=3)
+        outs.append((tmp_path / f"ci{i}.json").read_bytes())
+    assert outs[0] == outs[1]
+    data = json.loads(outs[0])
+    names = {e["name"] for e in data}
+    assert {"per_block_gap", "workload_headroom", "trajectory_oracle_gain", "token_gain", "selector_capture",
+            "selector_redraft_rate", "selector_skill", "breakeven_rho", "selector_skill[copy]",
+            "mean_accepted[code][ngram]"} <= names
+    for e in data:
+        assert set(e) == FIELDS
+        assert e["inputs"][0]["sha256"] and e["inputs"][0]["path"].endswith("blocks_sim.jsonl.gz")
+        assert e["seed"] == 3 and e["label"] in ("SIM", "MODEL")
+    gap = next(e for e in data if e["name"] == "per_block_gap")
+    assert gap["n_resamples"] == 40 and gap["unit"] == "prompt" and gap["n_clusters"] == 20
+    assert next(e for e in data if e["name"] == "selector_skill")["n_resamples"] == 3
+    ci.main([tmp_path / "sim"], tmp_path / "other.json", n_resamples=40, seed=4, n_refit=3)
+    assert (tmp_path / "other.json").read_bytes() != outs[0]
+
+
+def test_block_unit_counts_blocks(table):
+    e = next(e for e in ci.table_stats(table.blocks(), "block", 30, 0, "percentile") if e.name == "per_block_gap")
+    assert e.n_clusters == e.n_blocks == table.blocks().n_records and e.ci.unit == "block"
+
+
+def test_disagreement_warning_and_bad_method():
+    boot = np.random.default_rng(0).uniform(0, 1, 2000)
+    assert ci.interval(0.0, boot, None, "percentile", "prompt", 0).warning      # estimate at the edge: non-smooth
+    assert ci.interval(0.5, boot, None, "percentile", "prompt", 0).warning is None
+    with pytest.raises(ValueError, match="method"):
+        ci.interval(0.5, boot, None, "studentized", "prompt", 0)
+    with pytest.raises(ValueError, match="unit"):
+        ci._units(simulate_table(SimConfig(n_prompts=2, out_len=20)), "token")
