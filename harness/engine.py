@@ -1,0 +1,254 @@
+"""One prompt at a time, in one of three modes, to schema-v1 block records.
+
+* dense: the target's output y is generated once; every drafter drafts at every output
+  position (teacher-forced and batched where the drafter supports it); accepted = longest
+  common prefix with y[pos:]. A record at every position, no `block` field.
+* sparse: the research README's design: at each block start of one behaviour drafter's
+  trajectory every drafter drafts from the identical prefix and the target verifies all
+  drafts in one forward; the behaviour drafter's draft advances the output.
+* live: real speculative decoding with one drafter, or with a policy choosing a drafter
+  per block (only the chosen drafter is observed); wall times per block.
+
+Draft length at output position pos is min(k, max_new_tokens - 1 - pos) in every mode, so a
+block never overruns the budget and the three modes see the same prefixes and drafts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .drafters import Draft, Prefix, Sequence
+from .lm import HarnessError
+from . import lm
+from .sampling import expected_accepted, prompt_key
+from .target import Target, now_ms
+
+MODES = ("dense", "sparse", "live")
+
+
+@dataclass
+class RunConfig:
+    mode: str = "dense"  # dense | sparse | live
+    k: int = 8  # maximum draft length
+    max_new_tokens: int = 128  # output budget per prompt
+    temperature: float = 0.0  # 0 = greedy; > 0: Gumbel-max coupled sampling
+    seed: int = 0  # keys all sampling noise
+    behaviour: str | None = None  # sparse: whose draft advances the output (default: the first drafter)
+
+    def check(self, drafters: list[str]) -> None:
+        if self.mode not in MODES:
+            raise HarnessError(f"--mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        if self.k < 1:
+            raise HarnessError(f"--k {self.k}: the draft length must be >= 1")
+        if self.k >= 4096:
+            raise HarnessError(f"--k {self.k}: must be < 4096")
+        if self.max_new_tokens < 1:
+            raise HarnessError(f"--max-new-tokens {self.max_new_tokens}: must be >= 1")
+        if self.temperature < 0:
+            raise HarnessError(f"--temperature {self.temperature}: must be >= 0")
+        if self.behaviour is not None and self.behaviour not in drafters:
+            raise HarnessError(f"--behaviour {self.behaviour!r}: not among the drafters {drafters}")
+
+
+@dataclass
+class PolicyCtx:
+    """What a live policy sees before choosing (NaN = unknown)."""
+    workload: int
+    prompt: int
+    pos: int
+    prev_accepted: np.ndarray  # (D,)
+    prev_features: np.ndarray  # (D, 4): conf_mean, conf_min, conf_first, ent_mean
+
+
+def draft_features(d: Draft) -> tuple[float, float, float, float]:
+    if not d.tokens:  # bandit/logs.py's convention for an empty draft
+        return (0.0, 0.0, 0.0, 0.0)
+    return (float(np.mean(d.conf)), float(np.min(d.conf)), float(d.conf[0]), float(np.mean(d.entropy)))
+
+
+def _r(x: float, nd: int = 6) -> float:
+    return round(float(x), nd)
+
+
+def draft_record(d: Draft, accepted: int, exp_acc: float | None, ms: float | None) -> dict:
+    rec = {"tokens": [int(t) for t in d.tokens], "accepted": int(accepted),
+           "conf": [min(1.0, max(0.0, _r(c))) for c in d.conf], "entropy": [max(0.0, _r(e)) for e in d.entropy]}
+    if exp_acc is not None:
+        rec["expected_accepted"] = min(float(len(d.tokens)), _r(exp_acc))
+    if ms is not None:
+        rec["ms"] = _r(ms, 3)
+    return rec
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class PromptResult:
+    records: list[dict]
+    output: list[int]
+    timings: dict = field(default_factory=dict)  # live/sparse: raw wall times for calibration
+
+
+class Engine:
+    def __init__(self, target: Target, drafters: dict, cfg: RunConfig, policy=None, workloads: list[str] = ()):
+        cfg.check(list(drafters))
+        self.target, self.drafters, self.cfg, self.policy = target, drafters, cfg, policy
+        self.names = list(drafters)
+        self.workloads = list(workloads)
+        self.n_prompts = 0
+        self.dev = target.device
+        if cfg.mode == "live" and policy is None and len(drafters) != 1:
+            raise HarnessError(f"--mode live runs one drafter, or a --policy choosing among several; "
+                               f"got {len(drafters)} drafters and no policy")
+        if policy is not None:
+            policy.reset(self.names, self.workloads)
+
+    def ks(self, n_out: int) -> list[int]:
+        return [min(self.cfg.k, self.cfg.max_new_tokens - 1 - p) for p in range(n_out)]
+
+    def _start(self, wl, pid):
+        for d in self.drafters.values():
+            getattr(d, "start", lambda *a: None)(wl, pid)
+
+    def _finish(self, y):
+        for d in self.drafters.values():
+            getattr(d, "finish", lambda *a: None)(y)
+
+    def run_prompt(self, workload: str, prompt_id: str, prompt: list[int]) -> PromptResult:
+        if not prompt:
+            raise HarnessError(f"{workload}/{prompt_id}: empty prompt")
+        pkey = prompt_key(self.cfg.seed, workload, prompt_id)
+        self._start(workload, prompt_id)
+        fn = self._dense if self.cfg.mode == "dense" else self._trajectory
+        res = fn(workload, prompt_id, list(prompt), pkey)
+        self._finish(res.output)
+        self.n_prompts += 1
+        return res
+
+    def _head(self, wl, pid, pos) -> dict:
+        return {"v": 1, "workload": wl, "prompt_id": pid, "pos": pos}
+
+    # -------------------------------------------------------------------------- dense
+    def _dense(self, wl, pid, prompt, pkey) -> PromptResult:
+        cfg, T = self.cfg, self.cfg.temperature
+        t0 = now_ms(self.dev)
+        y, feats, cache = self.target.generate(prompt, cfg.max_new_tokens, pkey)
+        timings = {"generate_ms": now_ms(self.dev) - t0, "tokens": len(y)}
+        seq = Sequence(prompt + y, len(prompt), feats, pkey, T, self.ks(len(y)))
+        done: dict[str, list[Draft]] = {}
+        for name, d in self.drafters.items():
+            t0 = now_ms(self.dev)
+            dense = getattr(d, "dense", None)
+            done[name] = dense(seq, done) if dense else [d.draft(seq.prefix(p), k) for p, k in enumerate(seq.ks)]
+            timings[f"dense_ms.{name}"] = now_ms(self.dev) - t0
+            if len(done[name]) != len(y) or any(len(x.tokens) > k for x, k in zip(done[name], seq.ks)):
+                raise HarnessError(f"drafter {name}: dense() returned drafts of the wrong count or length")
+        p = None
+        if T > 0:
+            origins = list(range(len(y)))
+            p = self.target.score_dense(cache, seq.ids, len(prompt), origins,
+                                        [[done[n][o].tokens for n in self.names] for o in origins], pkey)
+        recs = []
+        for pos in range(len(y)):
+            rec = self._head(wl, pid, pos)
+            rec["drafts"] = {}
+            for i, n in enumerate(self.names):
+                d = done[n][pos]
+                a = _lcp(d.tokens, y[pos:])
+                ea = float(a) if T == 0 else expected_accepted(p[pos][i], d.q or [1.0] * len(d.tokens))
+                rec["drafts"][n] = draft_record(d, a, ea, None)
+            recs.append(rec)
+        return PromptResult(recs, y, timings)
+
+    # ----------------------------------------------------------------- sparse and live
+    def _order(self, ctx: PolicyCtx | None) -> list[str]:
+        """Which drafters draft this block; the first one's draft advances the output."""
+        if self.cfg.mode == "sparse":
+            b = self.cfg.behaviour or self.names[0]
+            return [b] + [n for n in self.names if n != b]
+        if self.policy is None:
+            return self.names[:1]
+        i = int(self.policy.choose(ctx))
+        if not 0 <= i < len(self.names):
+            raise HarnessError(f"policy.choose returned {i}, not an index into {self.names}")
+        return [self.names[i]]
+
+    def _trajectory(self, wl, pid, prompt, pkey) -> PromptResult:
+        cfg, T, dev = self.cfg, self.cfg.temperature, self.dev
+        tgt = self.target
+        H = tgt.model.get_output_embeddings().weight.shape[1]
+        fbuf = torch.zeros(len(prompt) + cfg.max_new_tokens + cfg.k + 2, H, device=dev,
+                           dtype=next(tgt.model.parameters()).dtype)
+        cache, ids, y, c = lm.new_cache(), list(prompt), [], 0  # the cache covers ids[:c]
+        if len(prompt) > 1:  # prefill, so that feature-reading drafters see the prompt's features
+            _, f = lm.forward(tgt.model, torch.tensor(prompt[:-1], device=dev), cache, hidden=True)
+            fbuf[: len(prompt) - 1] = f
+            c = len(prompt) - 1
+        D = len(self.names)
+        prev_acc, prev_feat = np.full(D, np.nan), np.full((D, 4), np.nan)
+        recs, timings = [], {"verify": [], "draft": {n: [] for n in self.names}}
+        wl_i = self.workloads.index(wl) if wl in self.workloads else -1
+        while len(y) < cfg.max_new_tokens:
+            pos = len(y)
+            k = min(cfg.k, cfg.max_new_tokens - 1 - pos)
+            ctx = PolicyCtx(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy())
+            order = self._order(ctx)
+            pre = Prefix(ids, len(prompt), fbuf, pkey, T)
+            drafts, ms = {}, {}
+            for n in order:
+                t0 = now_ms(dev)
+                drafts[n] = self.drafters[n].draft(pre, k) if k > 0 else Draft.empty()
+                ms[n] = now_ms(dev) - t0
+                if len(drafts[n].tokens) > k:
+                    raise HarnessError(f"drafter {n}: drafted {len(drafts[n].tokens)} tokens, asked for <= {k}")
+                timings["draft"][n].append(ms[n])
+            trunk = ids[c:]
+            t0 = now_ms(dev)
+            verdicts, tf, cf = tgt.verify(cache, trunk, [drafts[n].tokens for n in order], len(prompt), pkey,
+                                          want_p=T > 0)
+            target_ms = now_ms(dev) - t0
+            n_verified = len(trunk) + sum(len(drafts[n].tokens) for n in order)
+            timings["verify"].append((n_verified, len(order), target_ms))
+            v0 = verdicts[0]
+            a = v0.accepted
+            new = drafts[order[0]].tokens[:a]
+            if not (new and new[-1] in tgt.eos):
+                new = new + [v0.choices[a]]
+            fbuf[c: c + len(trunk)] = tf
+            fbuf[c + len(trunk): c + len(trunk) + a] = cf[0][:a]
+            c = c + len(trunk) + a
+            lm.crop(cache, c)
+            rec = self._head(wl, pid, pos)
+            rec["block"] = len(recs)
+            rec["drafts"] = {}
+            acc, obs = np.full(D, np.nan), np.zeros(D, dtype=bool)
+            for n, v in zip(order, verdicts):
+                d = drafts[n]
+                ea = float(v.accepted) if T == 0 else expected_accepted(v.p, d.q or [1.0] * len(d.tokens))
+                rec["drafts"][n] = draft_record(d, v.accepted, ea, ms[n])
+                i = self.names.index(n)
+                acc[i], obs[i] = v.accepted, True
+                prev_feat[i] = draft_features(d)
+            rec["target_ms"] = _r(target_ms, 3)
+            recs.append(rec)
+            if self.policy is not None:
+                self.policy.update(ctx, self.names.index(order[0]), acc, obs)
+            prev_acc = acc
+            prev_feat = np.where(obs[:, None], prev_feat, np.nan)
+            ids += new
+            y += new
+            if new[-1] in tgt.eos:
+                break
+        # Records in the dict order of self.names for byte-stable output
+        for r in recs:
+            r["drafts"] = {n: r["drafts"][n] for n in self.names if n in r["drafts"]}
+        return PromptResult(recs, y, timings)
