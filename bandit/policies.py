@@ -412,17 +412,21 @@ class SpecSelect(_Policy):
     model drafters). Options: each lookup draft cut to its best length L (its length is known
     before choosing: `ctx.draft_len` is read for lookup drafters only), each model drafter's
     whole draft (assumed k long), or no draft (L = 0). It maximises log(expected tokens / step
-    time) under `StepTime` (the manifest's timing, or stated defaults). `choose_batch` is the
+    time) under `StepTime` (the manifest's timing, or stated defaults). The PR has one model
+    drafter; with several, an unused one would never be re-estimated, so with probability
+    `explore` a random model drafter runs (our extension; greedy draws still carry a selection
+    bias into the pooled estimate, which the PR's one-model-drafter setting does not have). `choose_batch` is the
     multi-sequence rule: maximise the sum over the step's sequences of log(tokens / step time),
     no sequence more than `max_slowdown` slower than with every sequence on the model drafter.
     """
     name = "spec_select"
     full_information = True
 
-    def __init__(self, decay: float = 0.98, prior: float = 4.0, lookup: Sequence[str] | None = None,
-                 max_slowdown: float = 0.10, pass_per_length: bool = True, random_state: int | None = 0):
+    def __init__(self, decay: float = 0.98, prior: float = 4.0, explore: float = 0.02,
+                 lookup: Sequence[str] | None = None, max_slowdown: float = 0.10, pass_per_length: bool = True,
+                 random_state: int | None = 0):
         super().__init__(random_state)
-        self.decay, self.prior, self.lookup = decay, prior, lookup
+        self.decay, self.prior, self.explore, self.lookup = decay, prior, explore, lookup
         self.max_slowdown, self.pass_per_length = max_slowdown, pass_per_length
 
     def reset(self, drafters, workloads, timing=None) -> None:
@@ -454,6 +458,7 @@ class SpecSelect(_Policy):
         self.lo_ = np.where(self.is_lookup_, 0, k + 1)
         self.hi_ = np.where(self.is_lookup_, k, k + 1)
         self.buf_ = np.zeros((D, k + 1))
+        self.models_ = np.flatnonzero(~self.is_lookup_)
 
     def _state(self, prompt: int) -> np.ndarray:
         """(D, 2, k) decayed (hits, trials) of this prompt; a new prompt starts from the pooled
@@ -479,6 +484,10 @@ class SpecSelect(_Policy):
     def choose(self, ctx):
         if not self.B_:
             self._init_tables(ctx)
+        if self.models_.size > 1 and self.rng_.random() < self.explore:
+            d = int(self.models_[self.rng_.integers(self.models_.size)])
+            self.cut_ = (d, -1)
+            return d
         self.expected_tokens(ctx.prompt)
         v = np.log1p(self.buf_)
         v -= self.log_step_

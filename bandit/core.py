@@ -1,0 +1,507 @@
+"""Policies replayed on block logs, and the calibrated simulation that the logs falsify (or not).
+
+Re-exports the simulator (bandit/simulate.py) and the policies (bandit/policies.py). Two jobs:
+
+1. `evaluate(t, mode)`: every policy replayed over the logs (per-block mode: each block's reward
+   is the chosen drafter's accepted length at the logged block starts; trajectory mode, dense
+   logs only: each policy follows its own block boundaries), prompts in seeded random orders,
+   results averaged over seeds; per policy mean accepted per block, tokens per target pass,
+   modelled tokens/s where the manifest has timings, regret and gain against the best fixed
+   drafter, each with a 95% bootstrap CI over prompt clusters (bandit/ci.py).
+2. `falsify()`: (a) contextual Thompson's gain over best fixed predicted from the shipped
+   assumed calibration (bandit/calibration_assumed.toml); (b) the simulator fitted to the logs,
+   prediction again; (c) the policies replayed on the logs; side by side, saying whether the
+   logs' CI excludes each prediction.
+
+    python bandit/core.py [PATHS...]                       # the falsification experiment
+    specbandit policies PATHS --json [--mode block|trajectory]
+"""
+from __future__ import annotations
+
+if __package__ in (None, ""):  # run as `python bandit/core.py`: import our `bandit`, not a namesake
+    import pathlib, sys
+    sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Optional, Sequence
+
+import numpy as np
+import typer
+
+from bandit.ci import Interval, bootstrap_ratio
+from bandit.logs import BlockTable, LogError, default_inputs, load_logs
+from bandit.policies import (EXP3, UCB1, Fixed, Hedge, HedgeCtx, LinUCB, NormalHedge, Random,  # noqa: F401
+                             SpecSelect, StepTime, ThompsonCtx, make_policies)
+from bandit.replay import Context, trajectory_oracle
+from bandit.simulate import (SimConfig, simulate, simulate_table, true_mean_accepted,  # noqa: F401
+                             write_sim_run)
+
+CALIBRATION = Path(__file__).with_name("calibration_assumed.toml")
+BASELINES = ("best_fixed", "workload_oracle", "per_block_oracle")
+LOOKUP_KINDS = ("ngram", "lookup", "prompt_lookup", "copy", "suffix")
+
+
+def tag(label: str) -> str:
+    return f"[{label}]" if label != "UNLABELLED" else "[unlabelled]"
+
+
+# ---------------------------------------------------------------- replay loop
+
+@dataclass(frozen=True)
+class Trace:
+    """One policy's pass over the logs: one row per block it met (B rows), in the order met."""
+    policy: str
+    row: np.ndarray       # (B,) int64: record index in the table
+    chosen: np.ndarray    # (B,) int64: drafter index
+    cut: np.ndarray       # (B,) int64: cut length L, -1 when the draft was verified whole
+    reward: np.ndarray    # (B,) float64: accepted tokens of the chosen (cut) draft
+    full_information: bool = False
+
+
+def run_timing(t: BlockTable) -> dict:
+    """The manifest's timing plus what policies need to know: k, and which drafters are lookups."""
+    m = t.manifests[0] if t.manifests else {}
+    timing = dict(m.get("timing") or {})
+    timing["k"] = int(m.get("k") or max(int(t.draft_len.max()), 1))
+    kinds = {d: str((s or {}).get("kind", "")).lower() for d, s in (m.get("drafters") or {}).items()}
+    timing["lookup"] = [d for d in t.drafters
+                        if any(k in kinds.get(d, "") or k in d.lower() for k in LOOKUP_KINDS)]
+    return timing
+
+
+def _block_rows(t: BlockTable) -> list[np.ndarray]:
+    """Block-start rows of each prompt, ascending positions."""
+    rows = np.flatnonzero(t.is_block_start)
+    return np.split(rows, np.searchsorted(t.prompt[rows], np.arange(1, t.n_prompts)))
+
+
+def run_policy(t: BlockTable, policy, mode: str = "block", prompt_order: np.ndarray | None = None,
+               timing: dict | None = None) -> Trace:
+    """Replay `policy` over `t`: the same feedback model as replay.block_replay / trajectory_replay.
+
+    A tighter loop than replay.py's (per-row arrays converted once, observation arrays reused),
+    so that all policies replay 100k blocks within the bench's budget; tests/test_core.py checks
+    it against replay.py choice for choice. A bandit policy sees the chosen drafter's acceptance
+    and features only; a cut draft reveals min(accepted, L).
+    """
+    if mode not in ("block", "trajectory"):
+        raise ValueError(f"mode must be 'block' or 'trajectory', got {mode!r}")
+    if mode == "trajectory" and not t.dense:
+        raise ValueError("trajectory mode needs a dense log (a record at every position of every prompt)")
+    D = len(t.drafters)
+    policy.reset(t.drafters, t.workloads, run_timing(t) if timing is None else timing)
+    full = bool(policy.full_information)
+    A, F, DL = t.accepted.astype(float), t.features, t.draft_len
+    wl, pos_of = t.workload.tolist(), t.pos.tolist()
+    nanD, nanF, all_obs = np.full(D, np.nan), np.full((D, 4), np.nan), np.ones(D, bool)
+    one_obs = np.eye(D, dtype=bool)
+    order = np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)
+    if mode == "block":
+        per_prompt = _block_rows(t)
+    else:
+        starts = np.searchsorted(t.prompt, np.arange(t.n_prompts)).tolist()
+        ends = np.searchsorted(t.prompt, np.arange(t.n_prompts), side="right").tolist()
+    rows, chosen, cuts, rewards = [], [], [], []
+    choose, update = policy.choose, policy.update
+    for p in order.tolist():
+        prev_a, prev_f = nanD, nanF
+        if mode == "block":
+            it = per_prompt[p].tolist()
+        else:
+            it, r, end = [], starts[p], ends[p]
+        i = 0
+        while True:
+            if mode == "block":
+                if i == len(it):
+                    break
+                r = it[i]
+                i += 1
+            elif r >= end:
+                break
+            ctx = Context(wl[r], p, pos_of[r], prev_a, prev_f, DL[r])
+            c = choose(ctx)
+            d, cut = (int(c[0]), int(c[1])) if type(c) is tuple else (int(c), -1)
+            a_row = A[r]
+            rew = a_row[d] if cut < 0 or a_row[d] <= cut else float(cut)
+            if full:
+                acc = a_row
+                if rew != a_row[d]:
+                    acc = a_row.copy()
+                    acc[d] = rew
+                obs, feats = all_obs, F[r]
+            else:
+                acc, feats = nanD.copy(), nanF.copy()
+                acc[d], feats[d] = rew, F[r, d]
+                obs = one_obs[d]
+            update(ctx, d, acc, obs)
+            prev_a, prev_f = acc, feats
+            rows.append(r); chosen.append(d); cuts.append(cut); rewards.append(rew)
+            if mode == "trajectory":
+                r += int(rew) + 1
+    return Trace(policy.name, np.asarray(rows, np.int64), np.asarray(chosen, np.int64),
+                 np.asarray(cuts, np.int64), np.asarray(rewards, float), full)
+
+
+def hindsight_traces(t: BlockTable, mode: str) -> dict[str, Trace]:
+    """Baselines that peek: best fixed drafter, workload-level oracle, per-block (greedy) oracle."""
+    if mode == "block":
+        rows = np.flatnonzero(t.is_block_start)
+        A = t.accepted[rows].astype(float)
+        p = int(np.argmax(A.mean(0)))
+        W = len(t.workloads)
+        wsum = np.zeros((W, A.shape[1]))
+        np.add.at(wsum, t.workload[rows], A)
+        best_w = wsum.argmax(1)
+        picks = {"best_fixed": np.full(len(rows), p), "workload_oracle": best_w[t.workload[rows]],
+                 "per_block_oracle": A.argmax(1)}
+        neg = np.full(len(rows), -1)
+        return {k: Trace(k, rows, c.astype(np.int64), neg, A[np.arange(len(rows)), c]) for k, c in picks.items()}
+    out = {}
+    fixed = {d: _greedy_trajectory(t, np.full(t.n_records, d)) for d in range(len(t.drafters))}
+    p = min(fixed, key=lambda d: (len(fixed[d].row), d))   # fewest passes = most tokens per pass
+    out["best_fixed"] = replace(fixed[p], policy="best_fixed")
+    best_w = np.array([min(fixed, key=lambda d: (np.sum(t.workload[fixed[d].row] == w), d))
+                       for w in range(len(t.workloads))])
+    out["workload_oracle"] = replace(_greedy_trajectory(t, best_w[t.workload]), policy="workload_oracle")
+    out["per_block_oracle"] = replace(_greedy_trajectory(t, t.accepted.argmax(1)), policy="per_block_oracle")
+    return out
+
+
+def _greedy_trajectory(t: BlockTable, pick: np.ndarray) -> Trace:
+    """Trajectory that runs drafter pick[r] at every block start r, all prompts at once."""
+    starts = np.searchsorted(t.prompt, np.arange(t.n_prompts))
+    ends = np.searchsorted(t.prompt, np.arange(t.n_prompts), side="right")
+    r, got = starts.copy(), []
+    live = r < ends
+    while live.any():
+        rl = r[live]
+        got.append(rl)
+        r[live] = rl + t.accepted[rl, pick[rl]] + 1
+        live = r < ends
+    rows = np.sort(np.concatenate(got))
+    c = pick[rows].astype(np.int64)
+    return Trace("greedy", rows, c, np.full(len(rows), -1), t.accepted[rows, c].astype(float))
+
+
+# ---------------------------------------------------------------- modelled time
+
+def step_ms(t: BlockTable, tr: Trace, timing: dict) -> np.ndarray | None:
+    """(B,) modelled wall ms of each block of a trace, from the manifest's timing; None without one.
+
+    Verify time of the verified draft tokens + 1, plus the chosen drafter's call. Full-information
+    learners need every drafter's draft verified at every block (that is what panoramic feedback
+    is): they pay every call and a union verification of D drafts (`verify_batch_ms`, else D
+    separate passes). spec-select also pays its always-computed lookup drafts.
+    """
+    if "verify_ms" not in timing or "drafter_ms" not in timing:
+        return None
+    D = len(t.drafters)
+    st = StepTime.from_timing(t.drafters, np.array([d in timing.get("lookup", ()) for d in t.drafters]), timing)
+    n = np.where(tr.cut >= 0, tr.cut, t.draft_len[tr.row, tr.chosen])
+    if tr.full_information and tr.policy != "spec_select":
+        vb = timing.get("verify_batch_ms")
+        k1 = st.verify(float(t.draft_len.max()) + 1)
+        union = (np.interp(D, vb["drafts"], vb["ms"]) if vb else D * k1)
+        return np.full(len(tr.row), union + st.drafter_ms.sum())
+    calls = st.drafter_ms[tr.chosen]
+    if tr.policy == "spec_select":
+        lk = st.drafter_ms[np.array([d in timing.get("lookup", ()) for d in t.drafters])]
+        calls = np.where(np.isin(tr.chosen, np.flatnonzero(np.isin(t.drafters, timing.get("lookup", ())))),
+                         0.0, calls) + lk.sum()
+    return st.verify(n + 1.0) + calls
+
+
+# ---------------------------------------------------------------- evaluation
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """One policy on one table, averaged over seeded prompt orders; CIs over prompt clusters."""
+    name: str
+    label: str
+    mode: str                    # block | trajectory
+    mean_accepted: Interval      # accepted tokens per block
+    tokens_per_pass: Interval    # (accepted + 1) per block: tokens per target pass
+    gain: Interval               # vs best fixed: block mode in accepted tokens, trajectory in tokens/pass
+    regret: float                # cumulative (best fixed - policy) accepted tokens, seed average (block mode)
+    tokens_per_s: float | None   # modelled from the manifest's timing [MODEL]; None without timing
+    n_blocks: float              # blocks met, seed average
+
+    def to_json(self) -> dict:
+        ci = self.mean_accepted
+        return {"mean_accepted": ci.value, "ci": [ci.lo, ci.hi],
+                "tokens_per_pass": self.tokens_per_pass.value,
+                "tokens_per_pass_ci": [self.tokens_per_pass.lo, self.tokens_per_pass.hi],
+                "gain_vs_best_fixed": self.gain.value, "gain_ci": [self.gain.lo, self.gain.hi],
+                "regret_vs_best_fixed": self.regret, "tokens_per_s_model": self.tokens_per_s,
+                "n_blocks": self.n_blocks, "label": self.label, "mode": self.mode,
+                "ci_method": ci.method, "ci_unit": ci.unit, "n_resamples": ci.n_resamples, "ci_seed": ci.seed}
+
+
+@dataclass(frozen=True)
+class PolicyReport:
+    """Every policy on one table: inputs, settings and results (statsmodels-like summary)."""
+    label: str
+    mode: str
+    seeds: tuple[int, ...]
+    n_resamples: int
+    seed: int
+    results: dict[str, PolicyResult]
+    sources: tuple[tuple[str, str], ...]
+    n_prompts: int
+
+    def to_json(self) -> dict:
+        out = {k: r.to_json() for k, r in self.results.items()}
+        for v in out.values():
+            v["sources"] = [{"path": p, "sha256": h} for p, h in self.sources]
+            v["order_seeds"] = list(self.seeds)
+        return out
+
+    def summary(self) -> str:
+        g = tag(self.label)
+        lines = [f"{g} policy replay, {self.mode} mode, {self.n_prompts} prompts, prompt orders seeded "
+                 f"{list(self.seeds)}; 95% {self.n_resamples}-resample percentile bootstrap over prompt "
+                 f"clusters within workloads, seed {self.seed}",
+                 f"{'policy':18s}{'accepted/block':>26s}{'tokens/pass':>13s}{'gain vs best fixed':>30s}"
+                 f"{'regret':>10s}{'tok/s [MODEL]':>15s}"]
+        for k, r in self.results.items():
+            m, gn = r.mean_accepted, r.gain
+            tps = f"{r.tokens_per_s:15.1f}" if r.tokens_per_s is not None else f"{'-':>15s}"
+            lines.append(f"{k:18s}{m.value:10.3f} [{m.lo:6.3f},{m.hi:6.3f}]{r.tokens_per_pass.value:13.3f}"
+                         f"{100 * gn.value:+12.1f}% [{100 * gn.lo:+6.1f},{100 * gn.hi:+6.1f}]"
+                         f"{r.regret:10.1f}{tps}")
+        return "\n".join(lines)
+
+
+def _per_prompt(t: BlockTable, tr: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(P,) reward sums and block counts per prompt."""
+    pr = t.prompt[tr.row]
+    return (np.bincount(pr, tr.reward, minlength=t.n_prompts), np.bincount(pr, minlength=t.n_prompts).astype(float))
+
+
+def evaluate(t: BlockTable, mode: str = "block", policies: Sequence | None = None, seeds: Sequence[int] = (0, 1, 2),
+             n_resamples: int = 1000, seed: int = 0) -> PolicyReport:
+    """Replay every policy (default: all of bandit/policies.py) plus the hindsight baselines.
+
+    Per seed s the prompts come in the order rng(s).permutation(P) and each policy gets
+    random_state = s; per-prompt totals are averaged over seeds before the bootstrap.
+    """
+    timing = run_timing(t)
+    strata = np.zeros(t.n_prompts, np.int64)
+    strata[t.prompt] = t.workload
+    hind = hindsight_traces(t, mode)
+    traces: dict[str, list[Trace]] = {k: [v] for k, v in hind.items()}
+    for s in seeds:
+        order = np.random.default_rng(s).permutation(t.n_prompts)
+        pols = make_policies(random_state=s) if policies is None else [_with_seed(p, s) for p in policies]
+        for pol in pols:
+            traces.setdefault(pol.name, []).append(run_policy(t, pol, mode, order, timing))
+    bf_sum, bf_n = _per_prompt(t, hind["best_fixed"])
+    results = {}
+    for name, trs in traces.items():
+        sums = [_per_prompt(t, tr) for tr in trs]
+        rsum = np.mean([s for s, _ in sums], 0)
+        nb = np.mean([n for _, n in sums], 0)
+        ci = dict(strata=strata, n_resamples=n_resamples, seed=seed)
+        mean = bootstrap_ratio(rsum, nb, **ci)
+        tpp = bootstrap_ratio(rsum + nb, nb, **ci)
+        if mode == "block":     # same blocks: ratio of accepted sums
+            g = bootstrap_ratio(rsum, bf_sum, **ci)
+        else:                   # same tokens per prompt: tokens/pass ratio = best fixed passes / policy passes
+            g = bootstrap_ratio(bf_n, nb, **ci)
+        g = replace(g, value=g.value - 1, lo=g.lo - 1, hi=g.hi - 1)
+        regret = float(np.mean([bf_sum.sum() - tr.reward.sum() for tr in trs])) if mode == "block" else float("nan")
+        ms = [step_ms(t, tr, timing) for tr in trs]
+        tps = None if ms[0] is None else float(np.mean([(tr.reward.sum() + len(tr.reward)) / m.sum() * 1000.0
+                                                        for tr, m in zip(trs, ms)]))
+        results[name] = PolicyResult(name, t.label, mode, mean, tpp, g, regret, tps, float(nb.sum()))
+    if mode == "trajectory":
+        o = trajectory_oracle(t)
+        ci = dict(strata=strata, n_resamples=n_resamples, seed=seed)
+        tok, ps = o.tokens.astype(float), o.passes.astype(float)
+        g = bootstrap_ratio(bf_n, ps, **ci)
+        results["trajectory_oracle"] = PolicyResult(
+            "trajectory_oracle", t.label, mode, bootstrap_ratio(tok - ps, ps, **ci), bootstrap_ratio(tok, ps, **ci),
+            replace(g, value=g.value - 1, lo=g.lo - 1, hi=g.hi - 1), float("nan"), None, float(ps.sum()))
+    return PolicyReport(t.label, mode, tuple(seeds), n_resamples, seed, results,
+                        tuple((s.path, s.sha256) for s in t.sources), t.n_prompts)
+
+
+def _with_seed(p, s: int):
+    q = type(p).__new__(type(p))
+    q.__dict__.update({k: v for k, v in vars(p).items() if not k.endswith("_")})
+    q.random_state = s
+    return q
+
+
+# ---------------------------------------------------------------- the calibrated simulation
+
+def load_calibration(path: str | Path = CALIBRATION) -> SimConfig:
+    """A SimConfig from a calibration file (TOML or JSON): `[sim]` keys plus `[token_accept]` rows."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not valid {path.suffix[1:].upper()}: {e}") from None
+    sim = dict(raw.get("sim") or {})
+    known = set(SimConfig.__dataclass_fields__)
+    bad = sorted(set(sim) - known)
+    if bad:
+        raise ValueError(f"{path}: [sim]: unknown keys {bad}; known: {sorted(known)}")
+    ta = raw.get("token_accept")
+    if ta is not None:
+        wls = sim.get("workloads", SimConfig.workloads)
+        missing = [w for w in wls if w not in ta]
+        if missing:
+            raise ValueError(f"{path}: [token_accept]: no row for workloads {missing}")
+        sim["token_accept"] = tuple(tuple(float(x) for x in ta[w]) for w in wls)
+    sim = {k: tuple(v) if isinstance(v, list) else v for k, v in sim.items()}
+    try:
+        return SimConfig(**sim)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def fit_simulator(t: BlockTable, base: SimConfig | None = None) -> SimConfig:
+    """The simulator's parameters estimated from a table (method of moments).
+
+    Per workload x drafter the per-token acceptance at an average prompt is solved (bisection,
+    all cells at once) so that the simulator's planted mean accepted (`true_mean_accepted`,
+    including the cap at k and at the output's end) equals the logs' mean over all records; k,
+    output length and prompts per workload come from the logs; the correlation structure
+    (shared difficulty, prompt effects) and confidence model are kept from `base`, because
+    mean acceptance does not identify them. No ranking flips are assumed: any flip is in the
+    fitted table itself.
+    """
+    base = base or load_calibration()
+    W = len(t.workloads)
+    target = np.zeros((W, len(t.drafters)))
+    np.add.at(target, t.workload, t.accepted)
+    target /= np.bincount(t.workload, minlength=W)[:, None]
+    k = int(run_timing(t)["k"])
+    starts = np.searchsorted(t.prompt, np.arange(t.n_prompts))
+    n_out = int(np.round(np.median(np.diff(np.r_[starts, t.n_records])))) if t.dense else \
+        int(np.round(np.median([t.pos[t.prompt == p].max() + 1 for p in range(t.n_prompts)])))
+    per_w = int(np.round(t.n_prompts / W))
+    cfg = replace(base, workloads=t.workloads, drafters=t.drafters, k=k, out_len=max(n_out, 2), n_prompts=per_w,
+                  ranking_flips=False, **_resize(base, W, len(t.drafters)))
+    lo, hi = np.full(target.shape, 1e-4), np.full(target.shape, 1 - 1e-4)
+    for _ in range(40):     # true_mean_accepted is increasing in the per-token acceptance
+        mid = (lo + hi) / 2
+        m = true_mean_accepted(replace(cfg, token_accept=tuple(map(tuple, mid))))
+        lo, hi = np.where(m < target, mid, lo), np.where(m < target, hi, mid)
+    return replace(cfg, token_accept=tuple(tuple(round(float(x), 6) for x in row) for row in (lo + hi) / 2))
+
+
+def _resize(base: SimConfig, W: int, D: int) -> dict:
+    """Per-workload / per-drafter knobs of `base` resized to the logs' W and D (cycled)."""
+    def cyc(x, n):
+        return tuple(x[i % len(x)] for i in range(n))
+    return {"drafter_accept": cyc(base.drafter_accept, D), "empty_rate": cyc(base.empty_rate, D),
+            "drafter_ms": cyc(base.drafter_ms, D), "workload_shift": cyc(base.workload_shift, W),
+            "signal": cyc(base.signal, W), "conf_base": cyc(base.conf_base, W),
+            "behaviour": min(base.behaviour, D - 1)}
+
+
+@dataclass(frozen=True)
+class Falsification:
+    """(a) assumed-calibration prediction, (b) fitted-simulator prediction, (c) the logs' replay."""
+    policy: str
+    predicted_assumed: Interval     # [SIM] gain over best fixed
+    predicted_fitted: Interval      # [SIM]
+    observed: Interval              # the logs' label
+    label: str
+    observed_report: PolicyReport
+    fitted: SimConfig
+
+    def excludes(self, pred: Interval) -> bool:
+        return not (self.observed.lo <= pred.value <= self.observed.hi)
+
+    def summary(self) -> str:
+        g = tag(self.label)
+        rows = [("(a) assumed calibration", "[SIM]", self.predicted_assumed),
+                ("(b) simulator fitted to the logs", "[SIM]", self.predicted_fitted),
+                ("(c) replay on the logs", g, self.observed)]
+        lines = [f"gain of {self.policy} over the best fixed drafter (mean accepted per block), 95% CI:"]
+        for name, lab, iv in rows:
+            lines.append(f"  {name:34s}{lab:13s}{100 * iv.value:+7.1f}%  [{100 * iv.lo:+6.1f}, {100 * iv.hi:+6.1f}]")
+        for name, _, iv in rows[:2]:
+            verdict = "EXCLUDES" if self.excludes(iv) else "does not exclude"
+            lines.append(f"  {g} the logs' CI {verdict} prediction {name.split()[0]} ({100 * iv.value:+.1f}%)")
+        lines.append("  fitted per-token acceptance (workload x drafter): " + "; ".join(
+            f"{w}: " + ", ".join(f"{d} {x:.3f}" for d, x in zip(self.fitted.drafters, row))
+            for w, row in zip(self.fitted.workloads, self.fitted.token_accept)))
+        return "\n".join(lines)
+
+
+def predict_gain(cfg: SimConfig, policy: str = "thompson_ctx", seeds: Sequence[int] = (0, 1, 2),
+                 n_resamples: int = 1000, seed: int = 0) -> Interval:
+    """[SIM] gain of `policy` over best fixed on a campaign simulated from `cfg` (block mode)."""
+    t = simulate_table(cfg)
+    pol = [p for p in make_policies(0) if p.name == policy]
+    return evaluate(t, "block", pol, seeds, n_resamples, seed).results[policy].gain
+
+
+def falsify(t: BlockTable, calibration: str | Path = CALIBRATION, policy: str = "thompson_ctx",
+            seeds: Sequence[int] = (0, 1, 2), n_resamples: int = 1000, seed: int = 0) -> Falsification:
+    base = load_calibration(calibration)
+    pred_a = predict_gain(base, policy, seeds, n_resamples, seed)
+    fitted = fit_simulator(t, base)
+    pred_b = predict_gain(replace(fitted, dense=False, n_prompts=max(fitted.n_prompts, base.n_prompts)),
+                          policy, seeds, n_resamples, seed)
+    rep = evaluate(t, "block", None, seeds, n_resamples, seed)
+    return Falsification(policy, pred_a, pred_b, rep.results[policy].gain, t.label, rep, fitted)
+
+
+# ---------------------------------------------------------------- entry points
+
+def _load(paths: Sequence[Path] | None) -> tuple[BlockTable, str]:
+    if paths:
+        t = load_logs(paths)
+        return t, f"{tag(t.label)} logs {', '.join(str(p) for p in paths)}"
+    files, said = default_inputs()
+    return load_logs(files), said
+
+
+def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+        json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+        mode: Annotated[str, typer.Option(help="block | trajectory (dense logs)")] = "block",
+        seeds: Annotated[int, typer.Option(help="number of seeded prompt orders to average over")] = 3,
+        resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
+        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
+    """Replay every drafter-selection policy on block logs, with 95% bootstrap CIs over prompt clusters.
+
+    Policies: best_fixed, workload_oracle, per_block_oracle (hindsight), ucb, exp3, hedge,
+    normalhedge, thompson_ctx, hedge_ctx, linucb, spec_select, random (and trajectory_oracle in
+    trajectory mode). --json prints {policy: {"mean_accepted", "ci", "tokens_per_pass",
+    "gain_vs_best_fixed", "gain_ci", "regret_vs_best_fixed", "tokens_per_s_model", ...}}.
+    PATHS default to the newest measured campaign under runs/ (else the shipped simulated one).
+    """
+    try:
+        t, said = _load(paths)
+        rep = evaluate(t, mode, None, tuple(range(seeds)), resamples, seed)
+    except (LogError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
+    if json_out:
+        typer.echo(json.dumps(rep.to_json(), sort_keys=True))
+    else:
+        typer.echo(said)
+        typer.echo(rep.summary())
+
+
+def main(paths: Sequence[str] = ()) -> None:
+    t, said = _load([Path(p) for p in paths] or None)
+    print(said)
+    print(t.summary())
+    f = falsify(t)
+    print(f.observed_report.summary())
+    print(f.summary())
+
+
+if __name__ == "__main__":
+    import sys
+    main(sys.argv[1:])
