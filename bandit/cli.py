@@ -13,6 +13,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 app.command("validate")(logs.cli)
 from bandit import replay; app.command("replay")(replay.cli)  # noqa: E402
 from bandit import ci, selector, breakeven; app.command("ci")(ci.cli); app.command("selector")(selector.cli); app.command("breakeven")(breakeven.cli)  # noqa: E402
+from bandit import core; app.command("policies")(core.cli)  # noqa: E402
 
 
 @app.callback()
