@@ -215,6 +215,34 @@ def step_ms(t: BlockTable, tr: Trace, timing: dict) -> np.ndarray | None:
     return st.verify(n + 1.0) + calls
 
 
+def regret_curve(t: BlockTable, policy, order: np.ndarray | None = None,
+                 checkpoints: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """(T checkpoints, pseudo-regret at each, log-log slope) of a full-information policy exposing `w_`.
+
+    Pseudo-regret after T blocks: max_d sum_{t<T} a_d(t) - sum_{t<T} E_{w_t}[a(t)], the best
+    fixed drafter in hindsight on the prefix against the policy's expected reward (its sampling
+    noise removed, so the slope measures learning, not luck). Sublinear regret: slope < 1.
+    """
+    rows = np.concatenate([b for b in (_block_rows(t)[p] for p in (range(t.n_prompts) if order is None else order))])
+    A = t.accepted[rows].astype(float)
+    policy.reset(t.drafters, t.workloads, run_timing(t))
+    D, allobs = len(t.drafters), np.ones(len(t.drafters), bool)
+    nanD, nanF = np.full(D, np.nan), np.full((D, 4), np.nan)
+    exp_r = np.empty(len(rows))
+    for i, r in enumerate(rows.tolist()):
+        ctx = Context(int(t.workload[r]), int(t.prompt[r]), int(t.pos[r]), nanD, nanF, t.draft_len[r])
+        d = policy.choose(ctx)
+        w = np.asarray(policy.w_)
+        exp_r[i] = w @ A[i] / w.sum()
+        policy.update(ctx, int(d), A[i], allobs)
+    T = np.asarray(checkpoints if checkpoints is not None else
+                   np.unique(np.geomspace(100, len(rows), 8).astype(int)))
+    reg = np.cumsum(A, 0).max(1)[T - 1] - np.cumsum(exp_r)[T - 1]
+    ok = reg > 0
+    slope = float(np.polyfit(np.log(T[ok]), np.log(reg[ok]), 1)[0]) if ok.sum() >= 2 else float("nan")
+    return T, reg, slope
+
+
 # ---------------------------------------------------------------- evaluation
 
 @dataclass(frozen=True)

@@ -191,7 +191,8 @@ class Hedge(_Policy):
 
     def choose(self, ctx) -> int:
         self._scale(ctx)
-        return self._sample(_exp_weights(self.s_, math.sqrt(self.c_ / (self.t_ + 1))))
+        self.w_ = _exp_weights(self.s_, math.sqrt(self.c_ / (self.t_ + 1)))   # unnormalised: for pseudo-regret
+        return self._sample(self.w_)
 
     def update(self, ctx, chosen, accepted, observed) -> None:
         self.t_ += 1

@@ -1,0 +1,251 @@
+"""Policies on synthetic reward streams, each against an independent reference."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from bandit.policies import (EXP3, UCB1, Hedge, HedgeCtx, LinUCB, NormalHedge, Random, SpecSelect, StepTime,
+                             ThompsonCtx, make_policies)
+from bandit.replay import Context
+
+K = 8
+
+
+def ctx(w=0, prompt=0, D=3, draft_len=None, prev_a=None, prev_f=None):
+    return Context(w, prompt, 0, np.full(D, np.nan) if prev_a is None else prev_a,
+                   np.full((D, 4), np.nan) if prev_f is None else prev_f,
+                   np.full(D, K) if draft_len is None else np.asarray(draft_len))
+
+
+def stream(means, T, seed, workloads=None):
+    """(T,) workload, (T, D) accepted ~ min(Poisson(mean), K) with means (W, D)."""
+    rng = np.random.default_rng([seed, 99])   # never the policies' own stream
+    means = np.atleast_2d(means)
+    w = rng.integers(0, means.shape[0], T) if workloads is None else workloads
+    return w, np.minimum(rng.poisson(means[w]), K).astype(float)
+
+
+def play(pol, w, A, D=3, W=1):
+    pol.reset([f"d{i}" for i in range(D)], [f"w{i}" for i in range(W)], {"k": K})
+    chosen = np.empty(len(w), int)
+    for i in range(len(w)):
+        c = ctx(int(w[i]), D=D)
+        d = pol.choose(c)
+        d = d[0] if isinstance(d, tuple) else d
+        obs = np.ones(D, bool) if pol.full_information else np.arange(D) == d
+        pol.update(c, d, np.where(obs, A[i], np.nan), obs)
+        chosen[i] = d
+    return chosen
+
+
+def test_same_seed_same_choices_other_seed_differs():
+    w, A = stream([[3, 2.5, 1]], 400, 0)
+    for cls in (EXP3, Hedge, NormalHedge, ThompsonCtx, HedgeCtx, Random):
+        a, b = play(cls(random_state=1), w, A), play(cls(random_state=1), w, A)
+        assert np.array_equal(a, b), cls.name
+        assert not np.array_equal(a, play(cls(random_state=2), w, A)), cls.name
+
+
+def test_ucb1_index_matches_formula():
+    w, A = stream([[3, 2.5, 1]], 200, 1)
+    pol = UCB1(c=1.0)
+    chosen = play(pol, w, A)
+    # recompute the next choice from the history by hand
+    n = np.bincount(chosen, minlength=3)
+    s = np.array([A[chosen == d, d].sum() for d in range(3)])
+    ucb = s / n / K + np.sqrt(2 * math.log(200) / n)
+    assert pol.choose(ctx()) == int(np.argmax(ucb))
+    assert np.array_equal(pol.n_, n)
+
+
+@pytest.mark.parametrize("cls", [UCB1, EXP3, Hedge, NormalHedge])
+def test_noncontextual_learners_find_best_arm(cls):
+    w, A = stream([[4.0, 2.0, 1.0]], 3000, 2)
+    chosen = play(cls(random_state=0), w, A)
+    assert np.mean(chosen[-1000:] == 0) > 0.8
+
+
+def test_exp3_probabilities_keep_exploration_floor():
+    w, A = stream([[4.0, 0.0, 0.0]], 500, 3)
+    pol = EXP3()
+    play(pol, w, A)
+    g = min(1.0, math.sqrt(3 * math.log(3) / ((math.e - 1) * (pol.t_ + 1))))
+    pol.choose(ctx())
+    assert abs(sum(pol.p_) - 1) < 1e-12 and min(pol.p_) >= g / 3 - 1e-12
+
+
+def test_hedge_weights_are_softmax_of_cumulative_rewards():
+    w, A = stream([[3, 2, 1]], 300, 4)
+    pol = Hedge()
+    play(pol, w, A)
+    pol.choose(ctx())
+    eta = math.sqrt(8 * math.log(3) / 301)
+    ref = np.exp(eta * A.sum(0) / K)
+    assert np.allclose(np.array(pol.w_) / sum(pol.w_), ref / ref.sum())
+
+
+def test_normalhedge_scale_solves_its_equation():
+    pol = NormalHedge()
+    pol.reset(["a", "b", "c", "d"], ["w"])
+    for R in ([3.0, 1.0, -2.0, 0.5], [0.01, 0.0, 0.0, 0.0], [50.0, 49.0, 10.0, -3.0]):
+        pol.R_ = list(R)
+        pol.choose(ctx(D=4))
+        r = np.maximum(R, 0)
+        with np.errstate(over="ignore"):
+            c = brentq(lambda c: np.mean(np.exp(r ** 2 / (2 * c))) - math.e, 1e-8, 1e8)
+        w = r / c * np.exp(r ** 2 / (2 * c))
+        assert np.allclose(pol.p_, w / w.sum(), rtol=1e-6), R
+
+
+def test_thompson_posterior_is_the_sample_moments_per_workload():
+    w, A = stream([[3, 2, 1], [1, 2, 4]], 2000, 5)
+    pol = ThompsonCtx()
+    chosen = play(pol, w, A, W=2)
+    for wl in range(2):
+        for d in range(3):
+            m = (w == wl) & (chosen == d)
+            assert pol.n_[wl][d] == m.sum()
+            if m.sum() > 1:
+                assert math.isclose(pol.mean_[wl][d], A[m, d].mean(), rel_tol=1e-9)
+                assert math.isclose(pol.m2_[wl][d], A[m, d].var() * m.sum(), rel_tol=1e-9)
+    # it follows the flip: arm 0 on workload 0, arm 2 on workload 1
+    late = np.arange(len(w)) > 1000
+    assert np.mean(chosen[late & (w == 0)] == 0) > 0.85
+    assert np.mean(chosen[late & (w == 1)] == 2) > 0.85
+
+
+def test_hedge_ctx_follows_a_flip_and_hedge_cannot():
+    w, A = stream([[3, 2, 1], [1, 2, 4]], 3000, 6)
+    late = np.arange(len(w)) > 1500
+    c = play(HedgeCtx(), w, A, W=2)
+    h = play(Hedge(), w, A, W=2)
+    gain_ctx, gain_h = A[late, c[late]].mean(), A[late, h[late]].mean()
+    assert gain_ctx > gain_h + 0.5
+
+
+def test_linucb_is_ridge_regression_and_ucb():
+    rng = np.random.default_rng(7)
+    D, W = 3, 2
+    pol = LinUCB(alpha=0.5, ridge=1.0)
+    pol.reset(["a", "b", "c"], ["x", "y"], {"k": K})
+    X, y = {d: [] for d in range(D)}, {d: [] for d in range(D)}
+    for i in range(300):
+        pa = np.where(rng.random(D) < 0.5, rng.integers(0, K, D).astype(float), np.nan)
+        pf = np.where(np.isnan(pa)[:, None], np.nan, rng.random((D, 4)))
+        c = ctx(int(rng.integers(W)), D=D, prev_a=pa, prev_f=pf)
+        d = pol.choose(c)
+        x = np.r_[np.eye(W)[c.workload], np.nan_to_num(pf).ravel(), np.nan_to_num(pa) / K, ~np.isnan(pa)]
+        assert np.allclose(pol.x_, x)
+        a = float(rng.integers(0, K + 1))
+        pol.update(c, d, np.where(np.arange(D) == d, a, np.nan), np.arange(D) == d)
+        X[d].append(x); y[d].append(a / K)
+    for d in range(D):
+        Xd = np.array(X[d]).reshape(-1, pol.dim_)
+        A_ = np.eye(pol.dim_) + Xd.T @ Xd
+        assert np.allclose(pol.theta_[d], np.linalg.solve(A_, Xd.T @ np.array(y[d])), atol=1e-8)
+        assert np.allclose(pol.Ainv_[d], np.linalg.inv(A_), atol=1e-8)
+
+
+def test_random_is_uniform():
+    w, A = stream([[1, 1, 1]], 6000, 8)
+    counts = np.bincount(play(Random(random_state=3), w, A), minlength=3)
+    assert np.all(np.abs(counts / 6000 - 1 / 3) < 0.03)
+
+
+# ---------------------------------------------------------------- spec-select
+
+def brute_expected_tokens(p, L):
+    """E[min(A, L)] + 1 by enumerating every accept/reject pattern of the draft's positions."""
+    n = len(p)
+    tot = 0.0
+    for bits in itertools.product([0, 1], repeat=n):
+        pr = np.prod([p[i] if b else 1 - p[i] for i, b in enumerate(bits)])
+        a = next((i for i, b in enumerate(bits) if not b), n)   # leading accepted run
+        tot += pr * (min(a, L) + 1)
+    return tot
+
+
+def _seeded_spec_select(p_true, timing, lookup, k):
+    """A SpecSelect whose per-prompt tables hold exactly p_true (hits/trials set by hand)."""
+    D = len(p_true)
+    pol = SpecSelect(explore=0.0, lookup=lookup)
+    pol.reset([f"d{i}" for i in range(D)], ["w"], dict(timing, k=k))
+    c = ctx(D=D, draft_len=np.full(D, k))
+    pol.choose(c)   # builds the tables
+    s = pol._state(0)
+    s[:, 0], s[:, 1] = np.asarray(p_true) * 1000.0, 1000.0
+    return pol
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spec_select_cut_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    k, D = 4, 3
+    p_true = rng.uniform(0.2, 0.99, (D, k))
+    timing = {"verify_ms": {"tokens": [1, 3, 5], "ms": sorted(rng.uniform(5, 15, 3))},
+              "drafter_ms": {"d0": float(rng.uniform(0, 0.3)), "d1": float(rng.uniform(0.5, 4)),
+                             "d2": float(rng.uniform(0.5, 4))}}
+    lookup = ["d0"]
+    pol = _seeded_spec_select(p_true, timing, lookup, k)
+    n0 = int(rng.integers(0, k + 1))
+    draft_len = np.array([n0, k, k])
+    got = pol.choose(ctx(D=D, draft_len=draft_len))
+    st = StepTime.from_timing(pol.drafters_, pol.is_lookup_, timing)
+    look_ms = st.drafter_ms[0]
+    best, arg = -np.inf, None
+    for d in range(D):
+        for L in (range(draft_len[d] + 1) if d == 0 else [k]):
+            ms = float(st.verify(L + 1)) + look_ms + (0.0 if d == 0 else st.drafter_ms[d])
+            v = math.log(brute_expected_tokens(p_true[d, :max(L, 1)], L) / ms)
+            if v > best + 1e-12:
+                best, arg = v, (d, L)
+    want = arg if arg[0] == 0 else arg[0]
+    assert got == want
+
+
+def test_spec_select_learns_positions_from_used_unused_and_cut_drafts():
+    pol = SpecSelect(explore=0.0, decay=1.0, prior=1.0, lookup=["d0"])
+    pol.reset(["d0", "d1"], ["w"], {"k": 4})
+    c = ctx(D=2, draft_len=[4, 4])
+    pol.choose(c)
+    base = pol._state(0).copy()
+    pol.cut_ = (1, -1)                        # the model drafter was used: both are seen
+    pol.update(c, 1, np.array([2.0, 1.0]), np.ones(2, bool))
+    s = pol._state(0) - base
+    assert np.array_equal(s[0], [[1, 1, 0, 0], [1, 1, 1, 0]])   # lookup: 2 accepted, rejected at 2
+    assert np.array_equal(s[1], [[1, 0, 0, 0], [1, 1, 0, 0]])
+    pol.cut_ = (0, 2)                         # lookup draft cut at 2 and accepted to the cut: censored
+    pol.update(c, 0, np.array([2.0, 3.0]), np.ones(2, bool))
+    s2 = pol._state(0) - base - s
+    assert np.array_equal(s2[0], [[1, 1, 0, 0], [1, 1, 0, 0]])
+    assert not s2[1].any()          # an unused model drafter was never called
+
+
+def test_spec_select_batch_respects_the_slowdown_limit_and_reduces_to_single():
+    rng = np.random.default_rng(11)
+    k = 4
+    timing = {"verify_ms": {"tokens": [1, 5], "ms": [5.0, 6.0]}, "drafter_ms": {"d0": 0.05, "d1": 1.5}}
+    pol = _seeded_spec_select(rng.uniform(0.3, 0.95, (2, k)), timing, ["d0"], k)
+    one = ctx(D=2, draft_len=[3, k])
+    assert pol.choose_batch([one]) == [pol.choose(one)]
+    for trial in range(20):
+        p = rng.uniform(0.1, 0.99, (2, k))
+        ctxs = [ctx(prompt=j, D=2, draft_len=[int(rng.integers(0, k + 1)), k]) for j in range(3)]
+        for j in range(3):
+            s = pol._state(j)
+            s[:, 0], s[:, 1] = rng.uniform(0.1, 0.99, (2, k)) * 100, 100
+        got = pol.choose_batch(ctxs)
+        pairs = [(g, k) if not isinstance(g, tuple) else g for g in got]
+        ms = pol.batch_step_ms(pairs)
+        base_ms = pol.batch_step_ms([(1, k)] * 3)
+        for j, (d, L) in enumerate(pairs):
+            et = pol.expected_tokens(j)
+            assert et[d, L] / ms >= 0.9 * et[1, k] / base_ms - 1e-9
+
+
+def test_make_policies_has_every_name():
+    names = {p.name for p in make_policies()}
+    assert names == {"ucb", "exp3", "hedge", "normalhedge", "thompson_ctx", "hedge_ctx", "linucb",
+                     "spec_select", "random"}
