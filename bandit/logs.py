@@ -14,12 +14,15 @@ if __package__ in (None, ""):  # run as `python bandit/logs.py`: import our `ban
     import pathlib, sys
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
+import gc
 import glob
-import gzip
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, replace
+import zlib
+from dataclasses import dataclass, replace
+from itertools import chain, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -169,27 +172,103 @@ def campaign_key(manifest: dict | None) -> tuple:
             tuple(sorted((manifest.get("drafters") or {}).keys())), manifest.get("k"), manifest.get("temperature"))
 
 
-# ---------------------------------------------------------------- parsing one file
+# ---------------------------------------------------------------- reading one file
 
-def _open_lines(path: Path) -> tuple[list[bytes], str]:
-    raw = path.read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()
-    if path.name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise LogError(path, 0, "file", f"not a readable gzip file ({e}); truncated?") from None
-    return raw.split(b"\n"), digest
+_READ = 1 << 22          # compressed bytes read at a time
+_BATCH = 4096            # lines parsed and validated together (small: freed memory is reused at once)
 
 
-def _loads(b: bytes):
-    if _fastjson is not None:
-        return _fastjson.loads(b)
-    return json.loads(b)
+class _Lines:
+    """Stream the lines of a .jsonl or .jsonl.gz file in batches; `sha256` is set once exhausted.
+
+    Never holds the whole decompressed file: a 1M-record log is ~1 GB of text.
+    """
+
+    def __init__(self, path: Path, batch: int = _BATCH):
+        self.path, self.batch, self.sha256 = Path(path), batch, None
+
+    def _chunks(self):
+        h = hashlib.sha256()
+        gz = self.path.name.endswith(".gz")
+        d = zlib.decompressobj(wbits=31) if gz else None
+        with open(self.path, "rb") as f:
+            while raw := f.read(_READ):
+                h.update(raw)
+                if not gz:
+                    yield raw
+                    continue
+                try:
+                    while raw:
+                        yield d.decompress(raw)
+                        raw = d.unused_data if d.eof else b""
+                        if raw:  # concatenated gzip members
+                            d = zlib.decompressobj(wbits=31)
+                except zlib.error as e:
+                    raise LogError(self.path, 0, "file", f"not a readable gzip file ({e})") from None
+        if gz and not d.eof:
+            raise LogError(self.path, 0, "file", "not a readable gzip file (truncated: the stream ends early)")
+        self.sha256 = h.hexdigest()
+
+    def __iter__(self):
+        """Yield (first line number, lines, last): `last` marks the batch holding the file's final line."""
+        buf, ln, prev = b"", 1, None
+        for chunk in self._chunks():
+            lines = (buf + chunk).split(b"\n")
+            buf = lines.pop()
+            for s in range(0, len(lines), self.batch):
+                if prev is not None:
+                    yield prev[0], prev[1], False
+                prev = (ln, lines[s:s + self.batch])
+                ln += len(prev[1])
+        if buf.strip():
+            if prev is not None:
+                yield prev[0], prev[1], False
+            prev = (ln, [buf])
+        if prev is not None:
+            yield prev[0], prev[1], True
 
 
 def _bad_number(x) -> bool:
     return isinstance(x, float) and not math.isfinite(x)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs):
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return d
+
+
+def _find_nonfinite(obj, where: str = "") -> str | None:
+    """The field path of the first NaN or infinity in `obj`, or None."""
+    if isinstance(obj, float):
+        return where if not math.isfinite(obj) else None
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        f = _find_nonfinite(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else k)
+        if f is not None:
+            return f
+    return None
+
+
+def _parse_exact(line: bytes, path: Path, ln: int, is_last: bool):
+    """The reference parse of one line (stdlib json): duplicate keys and NaN/Infinity are errors."""
+    try:
+        obj = json.loads(line, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as e:
+        raise LogError(path, ln, str(e), "duplicate key in one JSON object") from None
+    except ValueError as e:
+        what = "truncated last line (an interrupted write?)" if is_last else "not valid JSON"
+        raise LogError(path, ln, "line", f"{what}: {str(e).splitlines()[0]}") from None
+    bad = _find_nonfinite(obj)
+    if bad is not None:
+        raise LogError(path, ln, bad, "not finite (NaN and Infinity are not allowed)")
+    return obj
 
 
 def _check_record(obj, path: Path, ln: int) -> None:
@@ -252,47 +331,32 @@ def _check_record(obj, path: Path, ln: int) -> None:
             err(f"{f}.expected_accepted", f"{d['expected_accepted']} exceeds len(tokens)={len(toks)}")
 
 
-def _parse_json(line: bytes, path: Path, ln: int, is_last: bool):
+def _nonblank(ln0: int, lines: list[bytes]) -> tuple[list[int], list[bytes]]:
+    lns = [ln0 + i for i, s in enumerate(lines) if s.strip()]
+    return lns, (lines if len(lns) == len(lines) else [lines[n - ln0] for n in lns])
+
+
+def iter_records(path: Path, errors: list[LogError] | None = None, lines=None):
+    """Yield (line number, record) of one file, validated exactly record by record (the reference
+    path; `load_logs` validates in bulk). With `errors` collect problems instead of raising."""
+    reader = _Lines(Path(path))
     try:
-        return _loads(line)
-    except ValueError as e:
-        what = "truncated last line (an interrupted write?)" if is_last else "not valid JSON"
-        raise LogError(path, ln, "line", f"{what}: {str(e).splitlines()[0]}") from None
-
-
-def _has_nonfinite(obj) -> bool:
-    # the stdlib parser accepts NaN/Infinity; orjson rejects them at parse time (then _parse_json reports it)
-    if isinstance(obj, float):
-        return not math.isfinite(obj)
-    if isinstance(obj, dict):
-        return any(_has_nonfinite(v) for v in obj.values())
-    if isinstance(obj, list):
-        return any(_has_nonfinite(v) for v in obj)
-    return False
-
-
-def iter_records(path: Path, errors: list[LogError] | None = None, lines: list[bytes] | None = None):
-    """Yield (line number, record) of one file; with `errors` collect problems instead of raising."""
-    if lines is None:
-        lines, _ = _open_lines(path)
-    last = len(lines) - 1
-    while last >= 0 and not lines[last].strip():
-        last -= 1
-    for i in range(last + 1):
-        line = lines[i]
-        if not line.strip():
-            continue
-        try:
-            obj = _parse_json(line, path, i + 1, i == last)
-            if _fastjson is None and _has_nonfinite(obj):
-                raise LogError(path, i + 1, "line", "NaN or Infinity is not allowed")
-            _check_record(obj, path, i + 1)
-        except LogError as e:
-            if errors is None:
-                raise
-            errors.append(e)
-            continue
-        yield i + 1, obj
+        for ln0, batch, last in reader:
+            lns, batch = _nonblank(ln0, batch)
+            for i, (ln, line) in enumerate(zip(lns, batch)):
+                try:
+                    obj = _parse_exact(line, path, ln, last and i == len(batch) - 1)
+                    _check_record(obj, path, ln)
+                except LogError as e:
+                    if errors is None:
+                        raise
+                    errors.append(e)
+                    continue
+                yield ln, obj
+    except LogError as e:  # the file as a whole (gzip)
+        if errors is None:
+            raise
+        errors.append(e)
 
 
 # ---------------------------------------------------------------- the table
@@ -376,35 +440,299 @@ def _is_dense(prompt: np.ndarray, pos: np.ndarray) -> bool:
     return bool(np.array_equal(pos, expect))
 
 
+# ---------------------------------------------------------------- bulk validation (the fast path)
+
+@dataclass
+class _Batch:
+    """Columns of n validated records of one file (D drafters, in the order asked for)."""
+    line: np.ndarray               # (n,) int64
+    workload: list[str]
+    prompt_id: list[str]
+    pos: np.ndarray                # (n,) int64
+    block: np.ndarray              # (n,) int64, -1 where absent
+    target_ms: np.ndarray          # (n,) float64
+    accepted: np.ndarray           # (n, D) int32
+    draft_len: np.ndarray          # (n, D) int32
+    expected: np.ndarray           # (n, D) float64
+    features: np.ndarray           # (n, D, 4) float64
+    ms: np.ndarray                 # (n, D) float64
+
+
+def _types(xs) -> set:
+    return set(map(type, xs))
+
+
+def _optional_numbers(ds: list[dict], key: str) -> np.ndarray | None:
+    """(n,) float64 with NaN where absent; None if a present value is not a number >= 0."""
+    xs = list(map(dict.get, ds, repeat(key)))
+    if not _types(xs) <= {int, float, type(None)}:
+        return None
+    a = np.array(xs, float)
+    return None if (a < 0).any() else a
+
+
+def _bulk(objs: list, names: Sequence[str], lines: list[bytes] | None) -> _Batch | str:
+    """Validate parsed records column by column; their columns, or the first failing check's name.
+
+    Every check mirrors one of `_check_record` (the exact reference); orjson has already rejected
+    NaN and Infinity. `lines` given: also require the same drafters in every record and no
+    duplicate keys (total `":` count = total keys; a mismatch only sends the batch to the exact path).
+    """
+    n, D = len(objs), len(names)
+    if _types(objs) != {dict}:
+        return "record"
+    try:
+        v, wl, pid, pos, drafts = (list(map(itemgetter(k), objs)) for k in ("v", "workload", "prompt_id", "pos", "drafts"))
+    except KeyError:
+        return "missing field"
+    if _types(v) != {int} or set(v) != {SCHEMA_VERSION}:
+        return "v"
+    if _types(wl) != {str} or _types(pid) != {str} or "" in set(wl) or "" in set(pid):
+        return "workload/prompt_id"
+    if _types(pos) != {int}:
+        return "pos"
+    try:
+        pos = np.array(pos, np.int64)
+    except OverflowError:
+        return "pos"
+    if (pos < 0).any():
+        return "pos"
+    blk = list(map(dict.get, objs, repeat("block")))
+    if not _types(blk) <= {int, type(None)}:
+        return "block"
+    blk = np.array(blk, float)
+    if (blk < 0).any():
+        return "block"
+    tms = _optional_numbers(objs, "target_ms")
+    if tms is None:
+        return "target_ms"
+    if _types(drafts) != {dict}:
+        return "drafts"
+    if lines is not None:
+        raw = b"\n".join(lines)
+        if b"true" in raw or b"false" in raw or b"null" in raw:
+            return "true/false/null"
+        if raw.count(b"[") != 3 * D * n or raw.count(b"{") != (2 + D) * n:
+            return "structure"
+        want = frozenset(names)
+        if set(map(frozenset, drafts)) != {want}:
+            return "drafters"
+        n_keys = sum(map(len, objs)) + sum(map(len, drafts))
+    acc_out = np.empty((n, D), np.int32); len_out = np.empty((n, D), np.int32)
+    exp_out = np.empty((n, D)); ms_out = np.empty((n, D)); feat_out = np.empty((n, D, len(FEATURES)))
+    for j, name in enumerate(names):
+        try:
+            ds = list(map(itemgetter(name), drafts))
+        except KeyError:
+            return "drafters"
+        if _types(ds) != {dict}:
+            return f"drafts.{name}"
+        try:
+            tok, acc, conf, ent = (list(map(itemgetter(k), ds)) for k in ("tokens", "accepted", "conf", "entropy"))
+        except KeyError:
+            return f"drafts.{name}"
+        if lines is not None:
+            n_keys += sum(map(len, ds))
+        if _types(tok) != {list} or _types(conf) != {list} or _types(ent) != {list}:
+            return f"drafts.{name}"
+        lens = list(map(len, tok))
+        if lens != list(map(len, conf)) or lens != list(map(len, ent)):
+            return f"drafts.{name}.conf/entropy"
+        L = np.array(lens, np.int64)
+        # lists hold numbers only (checked on the bytes, or exactly on the slow path): a float
+        # among the tokens turns their sum into a float
+        if type(sum(chain.from_iterable(tok))) is not int:
+            return f"drafts.{name}.tokens"
+        if _types(acc) != {int}:
+            return f"drafts.{name}.accepted"
+        a = np.array(acc, np.int64)
+        if ((a < 0) | (a > L)).any():
+            return f"drafts.{name}.accepted"
+        total = int(L.sum())
+        c = np.fromiter(chain.from_iterable(conf), float, total)
+        e = np.fromiter(chain.from_iterable(ent), float, total)
+        if ((c < 0) | (c > 1)).any() or (e < 0).any():
+            return f"drafts.{name}.conf/entropy"
+        ea, ms = _optional_numbers(ds, "expected_accepted"), _optional_numbers(ds, "ms")
+        if ea is None or ms is None or (ea > L + 1e-9).any():
+            return f"drafts.{name}.expected_accepted/ms"
+        f = np.tile(np.asarray(EMPTY_DRAFT_FEATURES), (n, 1))
+        nz = L > 0
+        if nz.any():
+            start = (np.cumsum(L) - L)[nz]  # empty drafts add no values, so reduceat's segments are exact
+            f[nz, 0] = np.add.reduceat(c, start) / L[nz]
+            f[nz, 1] = np.minimum.reduceat(c, start)
+            f[nz, 2] = c[start]
+            f[nz, 3] = np.add.reduceat(e, start) / L[nz]
+        acc_out[:, j], len_out[:, j], exp_out[:, j], ms_out[:, j], feat_out[:, j] = a, L, ea, ms, f
+    if lines is not None and raw.count(b'"') != 2 * (n_keys + 2 * n):
+        return "duplicate key or unknown string field"
+    return _Batch(line=np.zeros(n, np.int64), workload=wl, prompt_id=pid, pos=pos,
+                  block=np.where(np.isnan(blk), -1, blk).astype(np.int64), target_ms=tms, accepted=acc_out,
+                  draft_len=len_out, expected=exp_out, features=feat_out, ms=ms_out)
+
+
+@dataclass
+class _Drafters:
+    """Which drafters a load keeps: those asked for, else the first record's (then every record must match)."""
+    requested: tuple[str, ...] | None
+    names: tuple[str, ...] = ()
+    first: str = ""                # PATH:LINE of the record that fixed `names`
+
+    def fix(self, obj, path: Path, ln: int) -> tuple[str, ...]:
+        if not self.names:
+            if self.requested:
+                self.names = self.requested
+            elif isinstance(obj, dict) and isinstance(obj.get("drafts"), dict):
+                self.names, self.first = tuple(sorted(obj["drafts"])), f"{path}:{ln}"
+        return self.names
+
+    def check(self, obj: dict, path: Path, ln: int) -> None:
+        """After `_check_record`: the record holds the drafters this load needs (and only them, unless asked)."""
+        have = obj["drafts"]
+        if self.requested:
+            for n in self.requested:
+                if n not in have:
+                    raise LogError(path, ln, f"drafts.{n}", "requested drafter missing in this record")
+            return
+        names = self.fix(obj, path, ln)
+        missing, extra = [n for n in names if n not in have], sorted(set(have) - set(names))
+        if missing:
+            raise LogError(path, ln, f"drafts.{missing[0]}", f"drafter missing in this record (present in "
+                           f"{self.first}); pick drafters present in every record with --drafters")
+        if extra:
+            raise LogError(path, ln, f"drafts.{extra[0]}", f"drafter absent from {self.first}; pick drafters "
+                           "present in every record with --drafters")
+
+
+def _read_file(path: Path, dr: _Drafters) -> tuple[list[_Batch], str]:
+    """Every record of one file as validated column batches, and the file's sha256."""
+    reader = _Lines(path)
+    out = []
+    for ln0, lines, last in reader:
+        lns, lines = _nonblank(ln0, lines)
+        if not lines:
+            continue
+        res: _Batch | str = "json"
+        if _fastjson is not None:
+            try:
+                objs = list(map(_fastjson.loads, lines))
+            except ValueError:
+                objs = None
+            if objs is not None and dr.fix(objs[0], path, lns[0]):
+                # records holding other drafters than those loaded go the exact path, which checks them too
+                res = _bulk(objs, dr.names, lines)
+        if isinstance(res, str):
+            objs = [_parse_exact(s, path, ln, last and i == len(lines) - 1) for i, (ln, s) in enumerate(zip(lns, lines))]
+            for ln, o in zip(lns, objs):  # raises at the first problem, named by file, line and field
+                _check_record(o, path, ln)
+                dr.check(o, path, ln)
+            res = _bulk(objs, dr.names, None)
+            if isinstance(res, str):
+                raise LogError(path, lns[0], res, "failed bulk validation in the batch of lines starting here, "
+                                                  "yet the exact check found nothing (a loader bug)")
+        res.line = np.asarray(lns, np.int64)
+        out.append(res)
+    return out, reader.sha256
+
+
+def _assemble(batches: list[_Batch], file_idx: np.ndarray, files: list[Path], names: tuple[str, ...]) -> BlockTable:
+    """One table from every file's batches: codes for names, records sorted, duplicates located."""
+    wl = list(chain.from_iterable(b.workload for b in batches))
+    keys = list(zip(wl, chain.from_iterable(b.prompt_id for b in batches)))
+    R = len(keys)
+    workloads = tuple(sorted(set(wl)))
+    uniq = sorted(set(keys))
+    pmap = {k: i for i, k in enumerate(uniq)}
+    wmap = {w: i for i, w in enumerate(workloads)}
+    prompt = np.fromiter(map(pmap.__getitem__, keys), np.int32, R)
+    workload = np.fromiter(map(wmap.__getitem__, wl), np.int32, R)
+    del wl, keys
+    cat = lambda f: np.concatenate([getattr(b, f) for b in batches])
+    pos, line = cat("pos"), cat("line")
+    order = np.lexsort((pos, prompt))  # stable: equal keys keep file order
+    dup = (np.diff(prompt[order]) == 0) & (np.diff(pos[order]) == 0)
+    if dup.any():
+        later = order[1:][dup]
+        i = int(later.min())  # the first record, in reading order, whose key was seen before
+        k = int(np.flatnonzero(order == i)[0])
+        j = int(order[k - 1])
+        while k > 1 and prompt[order[k - 2]] == prompt[i] and pos[order[k - 2]] == pos[i]:
+            k -= 1
+            j = int(order[k - 1])
+        w, p = uniq[prompt[i]]
+        raise LogError(files[file_idx[i]], int(line[i]), "pos",
+                       f"duplicate record for workload={w!r} prompt_id={p!r} pos={pos[i]} "
+                       f"(first at {files[file_idx[j]]}:{line[j]})")
+    take = lambda a: a[order]
+    return BlockTable(
+        drafters=tuple(names), workloads=workloads, prompt_ids=tuple(f"{w}/{p}" for w, p in uniq),
+        workload=take(workload), prompt=take(prompt), pos=take(pos), block=take(cat("block")),
+        accepted=take(cat("accepted")), draft_len=take(cat("draft_len")), expected_accepted=take(cat("expected")),
+        features=take(cat("features")), ms=take(cat("ms")), target_ms=take(cat("target_ms")),
+        dense=_is_dense(take(prompt), take(pos)))
+
+
 def load_logs(paths: Sequence[str | Path], drafters: Sequence[str] | None = None) -> BlockTable:
     """Load and validate logs into one `BlockTable`; raises `LogError` at the first problem.
 
+    Streams each file in batches validated in bulk; a batch that fails a bulk check is re-read
+    record by record with the exact reference checks, which name the file, line and field.
     Refuses to pool runs of different campaigns (DESIGN.md): simulated with measured, or
     different targets, drafters, k or temperature.
     """
     files = expand_paths(paths)
+    if not files:
+        raise LogError("<inputs>", 0, "path", "no input files")
+    dr = _Drafters(tuple(drafters) if drafters else None)
+    batches: list[_Batch] = []
+    file_idx, sources, manifests, keys = [], [], [], {}
+    gc_on = gc.isenabled()
+    gc.disable()  # millions of short-lived containers: the collector would rescan them, finding nothing
+    try:
+        for fi, f in enumerate(files):
+            m = read_manifest(f)
+            key = campaign_key(m)
+            keys.setdefault(key, f)
+            if len(keys) > 1:
+                other = next(p for k, p in keys.items() if k != key)
+                raise LogError(f, 0, "manifest", f"belongs to another campaign than {other} ({key} vs "
+                                                 f"{campaign_key(read_manifest(other))}); analyse them separately")
+            if m is not None and m not in manifests:
+                manifests.append(m)
+            bs, digest = _read_file(f, dr)
+            n = sum(len(b.pos) for b in bs)
+            if n == 0:
+                raise LogError(f, 0, "file", "no records (empty file)")
+            sources.append(LogSource(str(f), digest, n))
+            batches += bs
+            file_idx.append(np.full(n, fi, np.int32))
+        t = _assemble(batches, np.concatenate(file_idx), files, dr.names)
+    finally:
+        if gc_on:
+            gc.enable()
+    label = campaign_key(manifests[0] if manifests else None)[0]
+    if label not in LABELS:
+        raise LogError(files[0], 0, "manifest.label", f"unknown label {label!r}; expected one of {LABELS}")
+    return replace(t, label=label, manifests=tuple(manifests), sources=tuple(sources))
+
+
+def load_logs_reference(paths: Sequence[str | Path], drafters: Sequence[str] | None = None) -> BlockTable:
+    """`load_logs` the slow, obvious way (every record a dict, checked one by one): the tests' reference."""
+    files = expand_paths(paths)
     recs: list[tuple[Path, int, dict]] = []
-    sources, manifests, keys = [], [], {}
+    sources, manifests = [], []
     for f in files:
         n0 = len(recs)
-        lines, digest = _open_lines(f)
-        recs += [(f, ln, r) for ln, r in iter_records(f, lines=lines)]
+        recs += [(f, ln, r) for ln, r in iter_records(f)]
         if len(recs) == n0:
             raise LogError(f, 0, "file", "no records (empty file)")
-        sources.append(LogSource(str(f), digest, len(recs) - n0))
+        sources.append(LogSource(str(f), _Lines(f).sha256 or hashlib.sha256(f.read_bytes()).hexdigest(), len(recs) - n0))
         m = read_manifest(f)
-        key = campaign_key(m)
-        keys.setdefault(key, f)
-        if len(keys) > 1:
-            other = next(p for k, p in keys.items() if k != key)
-            raise LogError(f, 0, "manifest", f"belongs to another campaign than {other} ({key} vs "
-                                             f"{campaign_key(read_manifest(other))}); analyse them separately")
         if m is not None and m not in manifests:
             manifests.append(m)
     t = _table_from_records(recs, drafters)
     label = campaign_key(manifests[0] if manifests else None)[0]
-    if label not in LABELS:
-        raise LogError(files[0], 0, "manifest.label", f"unknown label {label!r}; expected one of {LABELS}")
     return replace(t, label=label, manifests=tuple(manifests), sources=tuple(sources))
 
 
