@@ -589,13 +589,12 @@ class _Drafters:
 
     def check(self, obj: dict, path: Path, ln: int) -> None:
         """After `_check_record`: the record holds the drafters this load needs (and only them, unless asked)."""
-        have = obj["drafts"]
+        have, names = obj["drafts"], self.fix(obj, path, ln)
         if self.requested:
             for n in self.requested:
                 if n not in have:
                     raise LogError(path, ln, f"drafts.{n}", "requested drafter missing in this record")
             return
-        names = self.fix(obj, path, ln)
         missing, extra = [n for n in names if n not in have], sorted(set(have) - set(names))
         if missing:
             raise LogError(path, ln, f"drafts.{missing[0]}", f"drafter missing in this record (present in "
@@ -621,7 +620,10 @@ def _read_file(path: Path, dr: _Drafters) -> tuple[list[_Batch], str]:
                 objs = None
             if objs is not None and dr.fix(objs[0], path, lns[0]):
                 # records holding other drafters than those loaded go the exact path, which checks them too
-                res = _bulk(objs, dr.names, lines)
+                try:
+                    res = _bulk(objs, dr.names, lines)
+                except (TypeError, ValueError, OverflowError):  # a shape the bulk checks did not foresee
+                    res = "bulk"
         if isinstance(res, str):
             objs = [_parse_exact(s, path, ln, last and i == len(lines) - 1) for i, (ln, s) in enumerate(zip(lns, lines))]
             for ln, o in zip(lns, objs):  # raises at the first problem, named by file, line and field
