@@ -1,0 +1,208 @@
+"""Replay statistics by hand, the trajectory oracle against brute force, the feedback model, the CLI."""
+import itertools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bandit.logs import BlockTable, _is_dense, load_logs
+from bandit.replay import (Context, FixedPolicy, block_replay, fixed_trajectory, mean_table, summarize,
+                           trajectory_oracle, trajectory_replay)
+from bandit.simulate import SimConfig, simulate_table, write_sim_run
+
+DATA = Path(__file__).parent / "data"
+
+
+def _dense_table(acc_by_prompt: list[np.ndarray], workload_of_prompt=None) -> BlockTable:
+    """A dense table from per-prompt (n_p, D) accepted arrays (no block flags: every record a block)."""
+    D = acc_by_prompt[0].shape[1]
+    prompt = np.concatenate([np.full(len(a), i, np.int32) for i, a in enumerate(acc_by_prompt)])
+    pos = np.concatenate([np.arange(len(a)) for a in acc_by_prompt]).astype(np.int64)
+    wop = np.zeros(len(acc_by_prompt), np.int32) if workload_of_prompt is None else np.asarray(workload_of_prompt, np.int32)
+    acc = np.concatenate(acc_by_prompt).astype(np.int32)
+    R = len(pos)
+    return BlockTable(drafters=tuple(f"d{j}" for j in range(D)), workloads=tuple(f"w{i}" for i in range(wop.max() + 1)),
+                      prompt_ids=tuple(f"p{i}" for i in range(len(acc_by_prompt))), workload=wop[prompt], prompt=prompt,
+                      pos=pos, block=np.full(R, -1, np.int64), accepted=acc, draft_len=np.full((R, D), 8, np.int32),
+                      expected_accepted=np.full((R, D), np.nan), features=np.zeros((R, D, 4)),
+                      ms=np.full((R, D), np.nan), target_ms=np.full(R, np.nan), dense=_is_dense(prompt, pos))
+
+
+def _brute_force_passes(acc: np.ndarray) -> int:
+    """Fewest passes over every sequence of drafter choices (acc: (n, D))."""
+    n, D = acc.shape
+    best = n + 1
+    for seq in itertools.product(range(D), repeat=n):  # at most n blocks
+        pos, passes = 0, 0
+        for d in seq:
+            if pos >= n:
+                break
+            pos += int(acc[pos, d]) + 1
+            passes += 1
+        if pos >= n:
+            best = min(best, passes)
+    return best
+
+
+def test_sparse_statistics_by_hand():
+    s = summarize(load_logs([DATA / "blocks_tiny_sparse.jsonl"]))
+    # block starts: a: x (3,2,1) y (1,3,0); b: x (0,1) y (2,4); a/p2 pos 1 is not a block start
+    np.testing.assert_allclose(s.table, [[2.0, 4 / 3], [0.5, 3.0]])
+    np.testing.assert_allclose(s.pooled, [7 / 5, 10 / 5])
+    assert s.best_fixed_name == "y" and s.n_blocks == 5 and s.n_prompts == 3
+    assert s.workload_oracle == pytest.approx((3 * 2.0 + 2 * 3.0) / 5)         # a uses x, b uses y
+    assert s.workload_headroom == pytest.approx(2.4 / 2.0 - 1)
+    assert s.per_block_oracle == pytest.approx((3 + 3 + 1 + 2 + 4) / 5)
+    assert s.per_block_gap == pytest.approx(2.6 / 2.0 - 1)
+    assert s.trajectory is None and s.label == "UNLABELLED"
+
+
+def test_dense_statistics_and_trajectories_by_hand():
+    t = load_logs([DATA / "blocks_tiny_dense.jsonl"])
+    s = summarize(t)
+    np.testing.assert_allclose(s.pooled, [4 / 8, 3 / 8])
+    assert s.best_fixed_name == "x" and s.per_block_gap == pytest.approx(6 / 8 / 0.5 - 1)
+    # q (5 tokens): x 3 passes, y 2, oracle 2 (greedy longest block: 3); r (3 tokens): x 2, y 3, oracle 2
+    assert s.trajectory == pytest.approx({"x": 8 / 5, "y": 8 / 5, "oracle": 8 / 4})
+    assert trajectory_oracle(t).passes.tolist() == [2, 2]
+    assert fixed_trajectory(t, 0).passes.tolist() == [3, 2]
+
+
+def test_trajectory_oracle_against_brute_force():
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        n, D = int(rng.integers(1, 8)), int(rng.integers(1, 4))
+        acc = [np.minimum(rng.integers(0, 5, (n, D)), (n - 1 - np.arange(n))[:, None]) for _ in range(2)]
+        t = _dense_table(acc)
+        assert trajectory_oracle(t).passes.tolist() == [_brute_force_passes(a) for a in acc], trial
+
+
+def test_oracle_equals_greedy_on_teacher_forced_logs():
+    """Teacher forcing makes pos + a_d(pos) + 1 non-decreasing in pos, so jumping furthest is optimal."""
+    t = simulate_table(SimConfig(n_prompts=5, out_len=60, seed=1))
+
+    class Greedy(FixedPolicy):
+        def choose(self, ctx):
+            return int(np.argmax(t.accepted[np.flatnonzero((t.prompt == ctx.prompt) & (t.pos == ctx.pos))[0]]))
+    assert trajectory_replay(t, Greedy(0)).passes.tolist() == trajectory_oracle(t).passes.tolist()
+
+
+def test_policy_trajectory_equals_vectorised_fixed():
+    t = simulate_table(SimConfig(n_prompts=3, out_len=50, seed=2))
+    for d in range(len(t.drafters)):
+        slow, fast = trajectory_replay(t, FixedPolicy(d)), fixed_trajectory(t, d)
+        assert slow.passes.tolist() == fast.passes.tolist()
+        assert slow.tokens_per_pass == fast.tokens_per_pass
+    o = trajectory_oracle(t).tokens_per_pass
+    assert all(o >= fixed_trajectory(t, d).tokens_per_pass for d in range(4))
+
+
+class Recorder:
+    """Chooses drafter `pick` (cut at `cut` if given) and records what the replay showed it."""
+
+    def __init__(self, pick: int, full: bool, cut: int | None = None):
+        self.pick, self.full_information, self.cut, self.name = pick, full, cut, "recorder"
+        self.seen: list = []
+
+    def reset(self, drafters, workloads, timing=None):
+        self.seen.clear()
+
+    def choose(self, ctx: Context):
+        return self.pick if self.cut is None else (self.pick, self.cut)
+
+    def update(self, ctx, chosen, accepted, observed):
+        self.seen.append((ctx, chosen, accepted.copy(), observed.copy()))
+
+
+def test_block_replay_feedback_model():
+    t = load_logs([DATA / "blocks_tiny_sparse.jsonl"])
+    bandit, full = Recorder(1, False), Recorder(1, True)
+    r = block_replay(t, bandit)
+    block_replay(t, full)
+    assert r.reward.tolist() == [1, 3, 0, 2, 4] and r.cluster.tolist() == [0, 0, 1, 2, 2]
+    ctx0, _, acc, obs = bandit.seen[0]
+    assert np.isnan(ctx0.prev_accepted).all() and np.isnan(ctx0.prev_features).all()  # first block
+    assert obs.tolist() == [False, True] and np.isnan(acc[0]) and acc[1] == 1          # bandit feedback
+    ctx1 = bandit.seen[1][0]
+    assert np.isnan(ctx1.prev_accepted[0]) and ctx1.prev_accepted[1] == 1 and ctx1.pos == 4
+    assert np.isnan(ctx1.prev_features[0]).all() and not np.isnan(ctx1.prev_features[1]).any()
+    assert full.seen[0][2].tolist() == [3, 1] and full.seen[0][3].all()                 # full information
+    assert np.isnan(bandit.seen[2][0].prev_accepted).all()                              # a new prompt
+    cut = block_replay(t, Recorder(1, False, cut=2))
+    assert cut.reward.tolist() == [1, 2, 0, 2, 2] and cut.cut.tolist() == [2] * 5       # accepts min(a, L)
+
+
+def test_block_replay_prompt_order():
+    t = load_logs([DATA / "blocks_tiny_sparse.jsonl"])
+    r = block_replay(t, FixedPolicy(0), prompt_order=np.array([2, 0, 1]))
+    assert r.cluster.tolist() == [2, 2, 0, 0, 1] and r.reward.tolist() == [0, 1, 3, 2, 1]
+
+
+def test_trajectory_needs_dense():
+    t = load_logs([DATA / "blocks_tiny_sparse.jsonl"])
+    with pytest.raises(ValueError, match="dense"):
+        trajectory_replay(t, FixedPolicy(0))
+    with pytest.raises(ValueError, match="dense"):
+        trajectory_oracle(t)
+
+
+def test_mean_table_independent_computation():
+    t = simulate_table(SimConfig(n_prompts=4, out_len=30, seed=3))
+    b = t.is_block_start
+    for w in range(len(t.workloads)):
+        for d in range(len(t.drafters)):
+            vals = [int(t.accepted[i, d]) for i in range(t.n_records) if b[i] and t.workload[i] == w]
+            assert mean_table(t)[w, d] == pytest.approx(sum(vals) / len(vals))
+
+
+def test_cli_replay_json_equals_independent_computation(tmp_path):
+    """The JSON's numbers recomputed from the raw lines with plain Python."""
+    from typer.testing import CliRunner
+    from bandit.cli import app
+    import gzip
+    path = write_sim_run(SimConfig(n_prompts=2, out_len=40, seed=12), tmp_path / "run")
+    r = CliRunner().invoke(app, ["replay", str(path), "--json", "--drafters", "dflash,ngram,cascade"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    recs = [json.loads(l) for l in gzip.decompress(path.read_bytes()).decode().splitlines()]
+    blocks = [x for x in recs if "block" in x]
+    names = ["dflash", "ngram", "cascade"]
+    acc = {d: [x["drafts"][d]["accepted"] for x in blocks] for d in names}
+    pooled = {d: sum(v) / len(v) for d, v in acc.items()}
+    assert out["pooled"] == pytest.approx(pooled) and out["n_blocks"] == len(blocks)
+    best = max(names, key=lambda d: pooled[d])
+    assert out["best_fixed"] == best
+    per_block = sum(max(x["drafts"][d]["accepted"] for d in names) for x in blocks) / len(blocks)
+    assert out["per_block_gap"] == pytest.approx(per_block / pooled[best] - 1)
+    wls = sorted({x["workload"] for x in blocks})
+    table = {w: {d: np.mean([x["drafts"][d]["accepted"] for x in blocks if x["workload"] == w]) for d in names} for w in wls}
+    assert out["table"].keys() == table.keys()
+    for w in wls:
+        assert out["table"][w] == pytest.approx(table[w])
+    n_w = {w: sum(x["workload"] == w for x in blocks) for w in wls}
+    oracle = sum(n_w[w] * max(table[w].values()) for w in wls) / len(blocks)
+    assert out["workload_headroom"] == pytest.approx(oracle / pooled[best] - 1)
+    # trajectories by walking the records
+    by = {(x["workload"], x["prompt_id"], x["pos"]): x for x in recs}
+    lengths = {}
+    for w, p, pos in by:
+        lengths[(w, p)] = max(lengths.get((w, p), 0), pos + 1)
+    for d in names:
+        passes = 0
+        for (w, p), n in lengths.items():
+            pos = 0
+            while pos < n:
+                pos += by[(w, p, pos)]["drafts"][d]["accepted"] + 1
+                passes += 1
+        assert out["trajectory"][d] == pytest.approx(sum(lengths.values()) / passes)
+    assert out["trajectory"]["oracle"] >= max(out["trajectory"][d] for d in names)
+    assert set(out) >= {"table", "pooled", "best_fixed", "workload_headroom", "per_block_gap", "n_blocks", "trajectory"}
+
+
+def test_shipped_sim_campaign_is_reproducible(tmp_path):
+    shipped = Path(__file__).parents[1] / "runs" / "sim"
+    path = write_sim_run(SimConfig(), tmp_path / "sim")
+    assert path.read_bytes() == (shipped / "blocks_sim.jsonl.gz").read_bytes()
+    assert (tmp_path / "sim" / "manifest.json").read_text() == (shipped / "manifest.json").read_text()
