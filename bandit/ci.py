@@ -46,7 +46,7 @@ from bandit import __version__
 from bandit.logs import BlockTable
 
 LEVEL = 0.95
-CHUNK = 256          # resamples per count-matrix chunk: bounds memory at CHUNK x P
+CHUNK_CELLS = 1 << 18  # count-matrix cells per chunk (resamples x clusters): bounds memory, amortises the loop
 DISAGREE_TOL = 0.25  # |percentile - basic| endpoint shift allowed, as a fraction of the percentile width
 JACK_GROUPS = 20     # delete-a-group jackknife for the BCa acceleration of refit statistics
 N_REFIT = 200        # resamples for the nested selector refits
@@ -72,18 +72,25 @@ class Interval:
 
 # ---------------------------------------------------------------- resampling
 
-def _count_chunks(strata: np.ndarray, n_resamples: int, seed: int, chunk: int = CHUNK) -> Iterator[np.ndarray]:
-    """Stratified resample counts, CHUNK resamples at a time: (m, P) int32 with each stratum's total preserved."""
+def _count_chunks(strata: np.ndarray, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Stratified resample counts, a chunk of resamples at a time: (m, P) int32, each stratum's total preserved.
+
+    The chunk size depends only on P, so the stream of counts is a function of (strata, n_resamples, seed).
+    """
     strata = np.asarray(strata)
+    chunk = max(1, CHUNK_CELLS // max(strata.size, 1))
     rng = np.random.default_rng(seed)
     groups = [np.flatnonzero(strata == s) for s in np.unique(strata)]
     for start in range(0, n_resamples, chunk):
         m = min(chunk, n_resamples - start)
-        out = np.zeros((m, strata.size), np.int32)
+        out = np.empty((m, strata.size), np.int32)
         for g in groups:
             k = g.size
-            draw = rng.integers(0, k, size=(m, k)) + (np.arange(m) * k)[:, None]
-            out[:, g] = np.bincount(draw.ravel(), minlength=m * k).reshape(m, k)
+            draw = rng.integers(0, k, size=(m, k))
+            draw += (np.arange(m) * k)[:, None]
+            cnt = np.bincount(draw.ravel(), minlength=m * k).reshape(m, k)
+            # strata of sorted tables are contiguous: a slice avoids a fancy-index scatter
+            out[:, slice(g[0], g[-1] + 1) if g[-1] - g[0] + 1 == k else g] = cnt
         yield out
 
 
@@ -137,17 +144,20 @@ def _bca_levels(value: float, boot: np.ndarray, jack: np.ndarray | None, q: np.n
 # ---------------------------------------------------------------- the two engines
 
 def boot_totals(totals: np.ndarray, stat: Callable[[np.ndarray], np.ndarray], strata: np.ndarray,
-                n_resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                n_resamples: int, seed: int, jackknife: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Vectorised bootstrap of stat(summed totals).
 
     totals (P, K) per-cluster sums; stat maps (n, K) summed totals to (n, M) statistics.
-    Returns value (M,), boot (n_resamples, M), jack (P, M) (leave one cluster out).
+    Returns value (M,), boot (n_resamples, M), jack (P, M) (leave one cluster out; None without `jackknife`).
     """
     totals = np.asarray(totals, float)
     full = totals.sum(0)
     value = stat(full[None])[0]
-    boot = np.concatenate([stat(c @ totals) for c in _count_chunks(strata, n_resamples, seed)])
-    jack = np.concatenate([stat(full[None] - totals[i:i + CHUNK]) for i in range(0, totals.shape[0], CHUNK)])
+    boot = np.concatenate([stat(c.astype(float) @ totals) for c in _count_chunks(strata, n_resamples, seed)])
+    if not jackknife:
+        return value, boot, None
+    step = max(1, CHUNK_CELLS // max(totals.shape[1], 1) // 8)
+    jack = np.concatenate([stat(full[None] - totals[i:i + step]) for i in range(0, totals.shape[0], step)])
     return value, boot, jack
 
 
@@ -173,8 +183,9 @@ def bootstrap_ratio(num: np.ndarray, den: np.ndarray, strata: np.ndarray, n_resa
                     method: str = "percentile", unit: str = "prompt") -> Interval:
     """CI of sum(num) / sum(den) over P clusters (num, den: (P,) per-cluster totals)."""
     totals = np.stack([np.asarray(num, float), np.asarray(den, float)], 1)
-    value, boot, jack = boot_totals(totals, lambda T: (T[:, 0] / T[:, 1])[:, None], strata, n_resamples, seed)
-    return interval(value[0], boot[:, 0], jack[:, 0], method, unit, seed)
+    value, boot, jack = boot_totals(totals, lambda T: (T[:, 0] / T[:, 1])[:, None], strata, n_resamples, seed,
+                                    jackknife=method == "bca")
+    return interval(value[0], boot[:, 0], None if jack is None else jack[:, 0], method, unit, seed)
 
 
 def resample_table(t: BlockTable, counts: np.ndarray, units: np.ndarray) -> BlockTable:
@@ -262,11 +273,12 @@ def table_stats(b: BlockTable, unit: str, n_resamples: int, seed: int, method: s
             means = T[:, :, 1:D + 1] / T[:, :, :1]            # (n, W, D)
         return np.c_[gap, head, means.reshape(len(p), -1)]
 
-    value, boot, jack = boot_totals(totals, stat, strata, n_resamples, seed)
+    value, boot, jack = boot_totals(totals, stat, strata, n_resamples, seed, jackknife=method == "bca")
     names = ["per_block_gap", "workload_headroom"] + [f"mean_accepted[{w}][{d}]" for w in b.workloads for d in b.drafters]
     nb = [b.n_records, b.n_records] + [int((b.workload == i).sum()) for i in range(W) for _ in range(D)]
     nc = [strata.size, strata.size] + [int((strata == i).sum()) for i in range(W) for _ in range(D)]
-    return [Entry(n, interval(value[i], boot[:, i], jack[:, i], method, unit, seed), nb[i], nc[i], b.label)
+    return [Entry(n, interval(value[i], boot[:, i], None if jack is None else jack[:, i], method, unit, seed),
+                  nb[i], nc[i], b.label)
             for i, n in enumerate(names)]
 
 
@@ -288,8 +300,9 @@ def trajectory_stats(t: BlockTable, n_resamples: int, seed: int, method: str) ->
 
     strata = np.zeros(P, np.int64)
     strata[t.prompt] = t.workload
-    value, boot, jack = boot_totals(totals, stat, strata, n_resamples, seed)
-    return [Entry("trajectory_oracle_gain", interval(value[0], boot[:, 0], jack[:, 0], method, "prompt", seed),
+    value, boot, jack = boot_totals(totals, stat, strata, n_resamples, seed, jackknife=method == "bca")
+    return [Entry("trajectory_oracle_gain", interval(value[0], boot[:, 0], None if jack is None else jack[:, 0], method,
+                                                     "prompt", seed),
                   b.n_records, P, t.label)]
 
 
