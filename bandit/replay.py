@@ -16,7 +16,7 @@ if __package__ in (None, ""):  # run as `python bandit/replay.py`: import our `b
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Optional, Protocol, Sequence
 
@@ -57,6 +57,7 @@ class ReplaySummary:
     n_prompts: int
     trajectory: dict[str, float] | None  # dense logs: tokens per target pass per fixed drafter and "oracle"
     sources: tuple[tuple[str, str], ...] = ()  # (path, sha256) of the logs read
+    ci: dict | None = None            # name -> bandit.ci.Interval (95%, prompt clusters), from `with_ci`
 
     @property
     def best_fixed_name(self) -> str:
@@ -79,6 +80,9 @@ class ReplaySummary:
         }
         if self.trajectory is not None:
             out["trajectory"] = dict(self.trajectory)
+        if self.ci is not None:
+            out["ci"] = {k: {"value": c.value, "lo": c.lo, "hi": c.hi, "method": c.method, "unit": c.unit,
+                             "n_resamples": c.n_resamples, "seed": c.seed} for k, c in self.ci.items()}
         return out
 
     def summary(self) -> str:
@@ -95,12 +99,24 @@ class ReplaySummary:
         p = self.best_fixed_name
         lines += [f"{tag} best fixed drafter: {p} ({self.pooled[self.best_fixed]:.3f})",
                   f"{tag} workload-level hindsight oracle: {self.workload_oracle:.3f}, "
-                  f"headroom {100 * self.workload_headroom:+.1f}%",
-                  f"{tag} per-block oracle: {self.per_block_oracle:.3f}, gap {100 * self.per_block_gap:+.1f}%"]
+                  f"headroom {100 * self.workload_headroom:+.1f}%{self._ci('workload_headroom')}",
+                  f"{tag} per-block oracle: {self.per_block_oracle:.3f}, gap {100 * self.per_block_gap:+.1f}%"
+                  f"{self._ci('per_block_gap')}"]
         if self.trajectory is not None:
             lines.append(f"{tag} trajectory replay (dense), tokens per target pass: " + ", ".join(
                 f"{k} {v:.3f}" for k, v in self.trajectory.items()))
+            lines.append(f"{tag} trajectory oracle gain over the best fixed drafter: "
+                         f"{100 * (self.trajectory['oracle'] / self.trajectory[self.best_fixed_name] - 1):+.1f}%"
+                         f"{self._ci('trajectory_oracle_gain')}")
+        if self.ci:
+            c = next(iter(self.ci.values()))
+            lines.append(f"95% CIs: {c.method} bootstrap over {c.unit} clusters within workloads, "
+                         f"{c.n_resamples} resamples, seed {c.seed}; the best fixed drafter is re-chosen in every resample")
         return "\n".join(lines)
+
+    def _ci(self, name: str) -> str:
+        c = (self.ci or {}).get(name)
+        return "" if c is None else f" (95% CI [{100 * c.lo:+.1f}%, {100 * c.hi:+.1f}%])"
 
 
 def summarize(t: BlockTable) -> ReplaySummary:
@@ -126,6 +142,16 @@ def summarize(t: BlockTable) -> ReplaySummary:
                          per_block_gap=pb_oracle / pooled[p] - 1, n_blocks=b.n_records,
                          n_prompts=len(np.unique(b.prompt)), trajectory=traj,
                          sources=tuple((s.path, s.sha256) for s in t.sources))
+
+
+def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int = 0) -> ReplaySummary:
+    """`s` with 95% bootstrap CIs (bandit.ci: prompt clusters within workloads, percentile) of the
+    headroom, the per-block gap and, on dense logs, the trajectory oracle gain."""
+    from bandit.ci import table_stats, trajectory_stats
+    entries = table_stats(t.blocks(), "prompt", n_resamples, seed, "percentile")[:2]
+    if t.dense:
+        entries += trajectory_stats(t, n_resamples, seed, "percentile")
+    return replace(s, ci={e.name: e.ci for e in entries})
 
 
 # ---------------------------------------------------------------- policies
@@ -347,12 +373,14 @@ def _load(paths: Sequence[Path] | None, drafters: str = "") -> tuple[BlockTable,
 
 def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-        drafters: Annotated[str, typer.Option(help="comma-separated subset of drafters")] = "") -> None:
+        drafters: Annotated[str, typer.Option(help="comma-separated subset of drafters")] = "",
+        resamples: Annotated[int, typer.Option(help="bootstrap resamples for the 95% CIs (0: none)")] = 2000,
+        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
     """Counterfactual replay: mean accepted table, best fixed drafter, workload and per-block oracles, trajectories.
 
     PATHS default to the newest measured campaign under runs/ (else the shipped simulated one).
     --json prints one JSON object (keys: label, table, pooled, best_fixed, workload_headroom,
-    per_block_gap, n_blocks, and trajectory on dense logs); --drafters a,b restricts the drafters.
+    per_block_gap, n_blocks, trajectory on dense logs, ci); --drafters a,b restricts the drafters.
     """
     from bandit.logs import LogError
     try:
@@ -361,6 +389,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         typer.echo(str(e), err=True)
         raise typer.Exit(1)
     s = summarize(t)
+    if resamples > 0:
+        s = with_ci(s, t, resamples, seed)
     if json_out:
         typer.echo(json.dumps(s.to_json(), sort_keys=True))
     else:
