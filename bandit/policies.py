@@ -341,11 +341,21 @@ class LinUCB(_Policy):
     def reset(self, drafters, workloads, timing=None) -> None:
         super().reset(drafters, workloads, timing)
         D, W = self.n_arms_, max(len(self.workloads_), 1)
-        self.dim_ = W + 6 * D
-        self.Ainv_ = np.repeat(np.eye(self.dim_)[None] / self.ridge, D, axis=0)   # (D, dim, dim)
-        self.theta_ = np.zeros((D, self.dim_))                                    # ridge estimate A^-1 b
+        self.dim_ = dim = W + 6 * D
+        # per drafter [A^-1 ; theta] stacked, so that one batched product gives A^-1 x and theta.x
+        self.Z_ = np.concatenate([np.repeat(np.eye(dim)[None] / self.ridge, D, axis=0), np.zeros((D, 1, dim))], axis=1)
         self.onehot_ = np.eye(W)
-        self.x_, self.Ax_ = np.zeros(self.dim_), np.zeros((D, self.dim_))
+        self.x_, self.Zx_ = np.zeros(dim), np.zeros((D, dim + 1))
+
+    @property
+    def Ainv_(self) -> np.ndarray:
+        """(D, dim, dim) inverse of each drafter's ridge Gram matrix."""
+        return self.Z_[:, :-1]
+
+    @property
+    def theta_(self) -> np.ndarray:
+        """(D, dim) ridge estimate A^-1 b of each drafter."""
+        return self.Z_[:, -1]
 
     def _x(self, ctx) -> np.ndarray:
         a = ctx.prev_accepted
@@ -356,17 +366,18 @@ class LinUCB(_Policy):
     def choose(self, ctx) -> int:
         self._scale(ctx)
         x = self.x_ = self._x(ctx)
-        Ax = self.Ax_ = self.Ainv_ @ x                                   # (D, dim)
-        score = self.theta_ @ x + self.alpha * np.sqrt(np.maximum(Ax @ x, 0.0))
+        Zx = self.Zx_ = self.Z_ @ x                          # (D, dim + 1): [A^-1 x, theta.x]
+        score = Zx[:, -1] + self.alpha * np.sqrt(np.maximum(Zx[:, :-1] @ x, 0.0))
         return int(score.argmax())
 
     def update(self, ctx, chosen, accepted, observed) -> None:
         # Sherman-Morrison on A^-1 and the matching recursive least-squares step on theta
-        x, Ax = self.x_, self.Ax_[chosen]
+        x, Zx = self.x_, self.Zx_[chosen]
+        Ax, thx = Zx[:-1], Zx[-1]
         denom = 1.0 + float(x @ Ax)
-        self.Ainv_[chosen] -= np.outer(Ax, Ax / denom)
-        th = self.theta_[chosen]
-        th += Ax * ((float(accepted[chosen]) / self.scale_ - float(th @ x)) / denom)
+        Z = self.Z_[chosen]
+        Z[:-1] -= np.outer(Ax, Ax / denom)
+        Z[-1] += Ax * ((float(accepted[chosen]) / self.scale_ - thx) / denom)
 
 
 # ---------------------------------------------------------------- spec-select
@@ -399,6 +410,41 @@ class StepTime:
         dm = timing.get("drafter_ms") or {}
         d_ms = np.array([float(dm[d]) if d in dm else default[i] * ms[o][-1] for i, d in enumerate(drafters)])
         return StepTime(tok[o], ms[o], d_ms, True)
+
+
+@dataclass
+class _Tables:
+    """Decayed (hits, trials) per drafter and draft position, D lists of k floats.
+
+    Decay is lazy: each drafter's row holds counts divided by a running scale `c` (true count =
+    c * stored), so decaying a row is one multiply and an observation touches only the positions
+    it reached; the acceptance estimate hits / trials is scale-free.
+    """
+    h: list[list[float]]
+    t: list[list[float]]
+    c: list[float]
+
+    @staticmethod
+    def empty(D: int, k: int, h0: float, t0: float) -> "_Tables":
+        return _Tables([[h0] * k for _ in range(D)], [[t0] * k for _ in range(D)], [1.0] * D)
+
+    def add(self, d: int, hits: int, trials: int, decay: float) -> None:
+        """Decay row d, then one hit at positions < hits and one trial at positions < trials."""
+        c = self.c[d] = self.c[d] * decay
+        if c < 1e-200:      # renormalise before the scale underflows
+            self.h[d] = [x * c for x in self.h[d]]
+            self.t[d] = [x * c for x in self.t[d]]
+            c = self.c[d] = 1.0
+        inc, H, T = 1.0 / c, self.h[d], self.t[d]
+        for i in range(hits):
+            H[i] += inc
+        for i in range(trials):
+            T[i] += inc
+
+    def counts(self) -> np.ndarray:
+        """(D, 2, k) true decayed (hits, trials)."""
+        c = np.array(self.c)[:, None]
+        return np.stack([np.array(self.h) * c, np.array(self.t) * c], axis=1)
 
 
 class SpecSelect(_Policy):
@@ -437,38 +483,28 @@ class SpecSelect(_Policy):
             names = [d for d in self.drafters_ if any(k in d.lower() for k in LOOKUP_KINDS)]
         self.is_lookup_ = np.array([d in set(names) for d in self.drafters_])
         self.time_ = StepTime.from_timing(self.drafters_, self.is_lookup_, timing)
-        self.state_: dict[int, np.ndarray] = {}   # prompt -> (D, 2, k) decayed (hits, trials)
+        self.state_: dict[int, _Tables] = {}   # prompt -> decayed (hits, trials) per drafter and position
         self.B_ = 0   # draft positions tracked: k, fixed at the first block
         self.cut_ = (-1, -1)
 
     def _init_tables(self, ctx) -> None:
         k = self.B_ = int(self._scale(ctx))
-        D, L = self.n_arms_, np.arange(k + 1)
-        self.G_ = np.zeros((D, 2, k))      # pooled decayed (hits, trials) per drafter and draft position
-        # (hits, trials) rows of a draft of length n that accepted a: positions 0..a-1 accepted,
-        # position a (when drafted) rejected, later ones never reached
-        pos, A, N = np.arange(k), L[:, None, None], L[None, :, None]
-        self.TAB_ = np.stack([pos < np.minimum(A, N), pos <= np.minimum(A, N - 1)], axis=2).astype(float)  # (a, n, 2, k)
-        self.cand_ = self.is_lookup_[None, :] | np.eye(D, dtype=bool)   # row: drafters seen when it is chosen
+        D = self.n_arms_
+        self.G_ = _Tables.empty(D, k, 0.0, 0.0)   # pooled over prompts
         calls = float(self.time_.drafter_ms[self.is_lookup_].sum()) + np.where(self.is_lookup_, 0.0, self.time_.drafter_ms)
         # log step time of drafter d verifying L = 0..k draft tokens (+1 bonus); lookup drafts are always computed
-        self.log_step_ = np.log(self.time_.verify(L + 1.0)[None, :] + calls[:, None])  # (D, k+1)
-        # allowed cuts as an additive penalty: rows 0..k a lookup draft of length n (L <= n), row k+1 a
-        # model draft (verified whole, L = k); `lo_`/`hi_` clip a draft length to its row
-        self.PEN_ = np.where(np.r_[L[:, None] >= L[None, :], (L == k)[None, :]], 0.0, -np.inf)
-        self.lo_ = np.where(self.is_lookup_, 0, k + 1)
-        self.hi_ = np.where(self.is_lookup_, k, k + 1)
-        self.buf_ = np.zeros((D, k + 1))
+        self.log_step_ = np.log(self.time_.verify(np.arange(k + 1) + 1.0)[None, :] + calls[:, None]).tolist()
+        self.lookup_list_ = self.is_lookup_.tolist()
         self.models_ = np.flatnonzero(~self.is_lookup_)
 
-    def _state(self, prompt: int) -> np.ndarray:
-        """(D, 2, k) decayed (hits, trials) of this prompt; a new prompt starts from the pooled
-        estimate with `prior` pseudo-trials (a slot carries what it learned into the next request)."""
+    def _state(self, prompt: int) -> "_Tables":
+        """This prompt's tables; a new prompt starts from the pooled estimate with `prior`
+        pseudo-trials per position (a slot carries what it learned into the next request)."""
         s = self.state_.get(prompt)
         if s is None:
-            G = self.G_
-            g = (G[:, 0] + 1.0) / (G[:, 1] + 2.0)
-            s = self.state_[prompt] = np.stack([self.prior * g, np.full_like(g, self.prior)], axis=1)
+            G, pr = self.G_, self.prior
+            hits = [[pr * (c * h + 1.0) / (c * t + 2.0) for h, t in zip(H, T)] for H, T, c in zip(G.h, G.t, G.c)]
+            s = self.state_[prompt] = _Tables(hits, [[pr] * self.B_ for _ in hits], [1.0] * len(hits))
         return s
 
     def expected_tokens(self, prompt: int) -> np.ndarray:
@@ -478,9 +514,8 @@ class SpecSelect(_Policy):
         p_i the acceptance at draft position i given the earlier ones were accepted.
         """
         s = self._state(prompt)
-        buf = self.buf_
-        np.cumsum(np.cumprod(s[:, 0] / s[:, 1], axis=1), axis=1, out=buf[:, 1:])
-        return buf + 1.0
+        p = np.array(s.h) / np.array(s.t)
+        return np.c_[np.ones(len(p)), 1.0 + np.cumsum(np.cumprod(p, axis=1), axis=1)]
 
     def choose(self, ctx):
         if not self.B_:
@@ -489,12 +524,30 @@ class SpecSelect(_Policy):
             d = int(self.models_[self.rng_.integers(self.models_.size)])
             self.cut_ = (d, -1)
             return d
-        self.expected_tokens(ctx.prompt)
-        v = np.log1p(self.buf_)
-        v -= self.log_step_
-        v += self.PEN_[np.clip(ctx.draft_len, self.lo_, self.hi_)]
-        d, L = divmod(int(v.argmax()), self.B_ + 1)
-        if not self.is_lookup_[d]:
+        s, k, log = self._state(ctx.prompt), self.B_, math.log
+        best, arg = -math.inf, (0, 0)
+        # plain floats: D x k ~ 32 values, where numpy's per-call overhead would dominate
+        for d, (H, T, ls, look, n) in enumerate(zip(s.h, s.t, self.log_step_, self.lookup_list_, ctx.draft_len.tolist())):
+            prod, tok = 1.0, 1.0
+            if look:        # a lookup draft may be cut to any L <= its length, L = 0 being no draft
+                n = min(n, k)
+                if -ls[0] > best:
+                    best, arg = -ls[0], (d, 0)
+                for i in range(n):
+                    prod *= H[i] / T[i]
+                    tok += prod
+                    v = log(tok) - ls[i + 1]
+                    if v > best:
+                        best, arg = v, (d, i + 1)
+            else:           # a model draft is verified whole (its length, k, is not known before drafting)
+                for i in range(k):
+                    prod *= H[i] / T[i]
+                    tok += prod
+                v = log(tok) - ls[k]
+                if v > best:
+                    best, arg = v, (d, k)
+        d, L = arg
+        if not self.lookup_list_[d]:
             self.cut_ = (d, -1)
             return d
         self.cut_ = (d, L if L < ctx.draft_len[d] else -1)
@@ -503,23 +556,18 @@ class SpecSelect(_Policy):
     def update(self, ctx, chosen, accepted, observed) -> None:
         if not self.B_:
             self._init_tables(ctx)
-        seen = observed & self.cand_[chosen] & (ctx.draft_len > 0)
-        if not seen.any():
-            return
-        s = self._state(ctx.prompt)
-        a = np.where(seen, accepted, 0.0).astype(np.intp)
-        n = np.minimum(ctx.draft_len, self.B_)
-        d, L = self.cut_
-        if d == chosen and 0 <= L <= a[d]:
-            # the replay reveals a cut draft only up to the cut: censored, so no rejection at L
-            n[d] = L
-        inc = self.TAB_[a, n]
-        inc *= seen[:, None, None]
-        f = np.where(seen, self.decay, 1.0)[:, None, None]
-        s *= f
-        s += inc
-        self.G_ *= f
-        self.G_ += inc
+        s, G, k = self._state(ctx.prompt), self.G_, self.B_
+        cd, cL = self.cut_
+        for d, (a, o, n, look) in enumerate(zip(accepted.tolist(), observed.tolist(), ctx.draft_len.tolist(),
+                                                 self.lookup_list_)):
+            if not o or not (look or d == chosen) or n == 0:
+                continue    # unseen, or an unused model drafter (never called), or no draft
+            a, n = int(a), min(n, k)
+            if d == chosen and d == cd and 0 <= cL <= a:
+                n = cL      # the replay reveals a cut draft only up to the cut: censored, no rejection at L
+            # positions 0..a-1 accepted, position a (when drafted) rejected, later ones never reached
+            s.add(d, min(a, n), min(a, n - 1) + 1, self.decay)
+            G.add(d, min(a, n), min(a, n - 1) + 1, self.decay)
 
     # ---------------------------------------------------------------- several sequences per step
 
@@ -554,7 +602,7 @@ class SpecSelect(_Policy):
             cands = {}
             for d in range(self.n_arms_):
                 if self.is_lookup_[d]:
-                    v = np.log(et[d, :n[d] + 1]) - self.log_step_[d, :n[d] + 1]
+                    v = np.log(et[d, :n[d] + 1]) - np.asarray(self.log_step_[d][:n[d] + 1])
                     L = int(np.argmax(v))
                     cands[(d, L)], cands[(d, 0)] = float(et[d, L]), float(et[d, 0])
                 else:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from bandit.policies import (EXP3, UCB1, Hedge, HedgeCtx, LinUCB, NormalHedge, Random, SpecSelect, StepTime,
+from bandit.policies import (EXP3, _Tables, UCB1, Hedge, HedgeCtx, LinUCB, NormalHedge, Random, SpecSelect, StepTime,
                              ThompsonCtx, make_policies)
 from bandit.replay import Context
 
@@ -174,9 +174,13 @@ def _seeded_spec_select(p_true, timing, lookup, k):
     pol.reset([f"d{i}" for i in range(D)], ["w"], dict(timing, k=k))
     c = ctx(D=D, draft_len=np.full(D, k))
     pol.choose(c)   # builds the tables
-    s = pol._state(0)
-    s[:, 0], s[:, 1] = np.asarray(p_true) * 1000.0, 1000.0
+    set_rates(pol, 0, p_true)
     return pol
+
+
+def set_rates(pol, prompt, p, weight=1000.0):
+    p = np.asarray(p, float)
+    pol.state_[prompt] = _Tables((p * weight).tolist(), np.full_like(p, weight).tolist(), [1.0] * len(p))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -210,15 +214,15 @@ def test_spec_select_learns_positions_from_used_unused_and_cut_drafts():
     pol.reset(["d0", "d1"], ["w"], {"k": 4})
     c = ctx(D=2, draft_len=[4, 4])
     pol.choose(c)
-    base = pol._state(0).copy()
+    base = pol._state(0).counts()
     pol.cut_ = (1, -1)                        # the model drafter was used: both are seen
     pol.update(c, 1, np.array([2.0, 1.0]), np.ones(2, bool))
-    s = pol._state(0) - base
+    s = pol._state(0).counts() - base
     assert np.array_equal(s[0], [[1, 1, 0, 0], [1, 1, 1, 0]])   # lookup: 2 accepted, rejected at 2
     assert np.array_equal(s[1], [[1, 0, 0, 0], [1, 1, 0, 0]])
     pol.cut_ = (0, 2)                         # lookup draft cut at 2 and accepted to the cut: censored
     pol.update(c, 0, np.array([2.0, 3.0]), np.ones(2, bool))
-    s2 = pol._state(0) - base - s
+    s2 = pol._state(0).counts() - base - s
     assert np.array_equal(s2[0], [[1, 1, 0, 0], [1, 1, 0, 0]])
     assert not s2[1].any()          # an unused model drafter was never called
 
@@ -234,8 +238,7 @@ def test_spec_select_batch_respects_the_slowdown_limit_and_reduces_to_single():
         p = rng.uniform(0.1, 0.99, (2, k))
         ctxs = [ctx(prompt=j, D=2, draft_len=[int(rng.integers(0, k + 1)), k]) for j in range(3)]
         for j in range(3):
-            s = pol._state(j)
-            s[:, 0], s[:, 1] = rng.uniform(0.1, 0.99, (2, k)) * 100, 100
+            set_rates(pol, j, rng.uniform(0.1, 0.99, (2, k)), 100.0)
         got = pol.choose_batch(ctxs)
         pairs = [(g, k) if not isinstance(g, tuple) else g for g in got]
         ms = pol.batch_step_ms(pairs)

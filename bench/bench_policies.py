@@ -1,0 +1,66 @@
+"""Speed of the policy replay, measured side by side in one run.
+
+1. Every policy of bandit/policies.py replayed on ~100k simulated blocks in per-block mode
+   through core.run_policy, plus the hindsight baselines; target: all together <= 30 s.
+2. The same replay through replay.block_replay (the reference loop) for two policies, as a
+   ratio: what the tighter loop buys.
+
+    python bench/bench_policies.py [--prompts 1000] [--out-len 100]
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from bandit import core, replay
+from bandit.policies import Random, UCB1, make_policies
+from bandit.simulate import SimConfig, simulate_table
+
+TARGET_S = 30.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=1000, help="per workload; 1000 x 4 x 100 tokens ~ 100k blocks")
+    ap.add_argument("--out-len", type=int, default=100)
+    args = ap.parse_args()
+    t = simulate_table(SimConfig(n_prompts=args.prompts, out_len=args.out_len, dense=False, seed=0))
+    n = int(t.is_block_start.sum())
+    print(f"[SIM] {t.summary()}")
+    order = np.random.default_rng(0).permutation(t.n_prompts)
+    timing = core.run_timing(t)
+    # wall and CPU time side by side: on a shared machine the wall clock also measures the neighbours
+    total, cpu_total = 0.0, 0.0
+    t0, c0 = time.perf_counter(), time.process_time()
+    core.hindsight_traces(t, "block")
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    total, cpu_total = total + dt, cpu_total + dc
+    print(f"{'hindsight baselines':20s}{dt:8.2f} s wall {dc:8.2f} s cpu")
+    for pol in make_policies(0):
+        t0, c0 = time.perf_counter(), time.process_time()
+        tr = core.run_policy(t, pol, "block", order, timing)
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        total, cpu_total = total + dt, cpu_total + dc
+        print(f"{pol.name:20s}{dt:8.2f} s wall {dc:8.2f} s cpu {1e6 * dc / n:6.1f} us/block (cpu)  "
+              f"mean accepted {tr.reward.mean():.3f} [SIM]")
+    for what, x in (("wall", total), ("cpu", cpu_total)):
+        print(f"all policies, {n} blocks: {x:.1f} s {what} (target <= {TARGET_S:.0f} s: "
+              f"{'met' if x <= TARGET_S else 'MISSED'}, {x / TARGET_S:.2f} of budget)")
+    for pol in (Random(0), UCB1(random_state=0)):
+        t0 = time.perf_counter()
+        core.run_policy(t, pol, "block", order, timing)
+        fast = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        replay.block_replay(t, pol, order)
+        ref = time.perf_counter() - t0
+        print(f"{pol.name}: replay.block_replay {ref:.2f} s vs core.run_policy {fast:.2f} s: {ref / fast:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
