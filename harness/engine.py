@@ -134,6 +134,11 @@ class Engine:
         self.n_prompts += 1
         return res
 
+    def skip(self, output: list[int]) -> None:
+        """A prompt finished in an earlier session: give drafters its output, as if run."""
+        self._finish(list(output))
+        self.n_prompts += 1
+
     def _head(self, wl, pid, pos) -> dict:
         return {"v": 1, "workload": wl, "prompt_id": pid, "pos": pos}
 

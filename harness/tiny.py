@@ -73,3 +73,36 @@ def make_pair(root: str | Path, target_arch: str = "llama", draft_arch: str = "l
     t = save_model(make_model(target_arch, len(tok), seed=seed), tok, root / "target")
     d = save_model(make_model(draft_arch, len(tok), hidden=32, layers=1, seed=seed + 1), tok, root / "draft")
     return t, d
+
+
+def make_zoo(root: str | Path, arch: str = "llama", seed: int = 0) -> dict:
+    """A tiny target, draft model, Medusa heads and EAGLE head under root; returns the
+    drafter specs (CLI strings) of all six built-in kinds over them."""
+    from .heads import EagleHead, MedusaHeads
+
+    root = Path(root)
+    t, d = make_pair(root, arch, "llama", seed)
+    from transformers import AutoModelForCausalLM
+    target = AutoModelForCausalLM.from_pretrained(str(t), local_files_only=True, use_safetensors=True)
+    torch.manual_seed(seed + 2)
+    MedusaHeads.from_target(target, num_heads=8).save(root / "medusa")
+    torch.manual_seed(seed + 3)
+    EagleHead.from_target(target).save(root / "eagle")
+    specs = ["ngram=ngram", "suffix=suffix", f"draft=draft:path={d}", f"medusa=medusa:path={root / 'medusa'}",
+             f"eagle=eagle:path={root / 'eagle'}", "cascade=cascade:of=draft+ngram"]
+    return {"target": t, "draft": d, "root": root, "specs": specs}
+
+
+PROMPTS = [  # varied prompts; the character tokenizer covers all of them
+    ("code", "c1", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"),
+    ("code", "c2", "for i in range(10):\n    print(i)\nfor j in range(10):\n"),
+    ("chat", "h1", "user: hello, how are you today?\nassistant:"),
+    ("copy", "p1", "abc abc abc abc abc abc"),
+]
+
+
+def write_workload_file(path: str | Path, prompts=PROMPTS) -> Path:
+    import json
+    path = Path(path)
+    path.write_text("".join(json.dumps({"workload": w, "prompt_id": p, "prompt": t}) + "\n" for w, p, t in prompts))
+    return path

@@ -1,0 +1,242 @@
+"""Collection campaign: every drafter drafts from the identical prefix, the target verifies,
+one schema-v1 JSON line per block goes to runs/<run>/ (see DESIGN.md, docs/manifest.md).
+
+    python sweep.py                     # the embedded CPU default on the zoo models
+    python sweep.py --target DIR --drafter NAME=KIND[:key=value,...] ... \\
+        --workloads code,math | --workload-file FILE  --mode dense|sparse|live \\
+        --k 8 --max-new-tokens 128 --temperature 0 --seed 0 --out runs/NAME [--resume] [--limit N]
+
+Drafter kinds: ngram, suffix, draft (path=), medusa (path=), eagle (path=), cascade (of=a+b),
+or a plug-in (module.path:Class, or an entry point of group specbandit.drafters): see
+harness/drafters.py. Models are paths or names under --models / $MACH_MODELS /
+$SPECBANDIT_MODELS. Benchmark workloads for GPU hosts: see workloads.py.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+REPO = Path(__file__).resolve().parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+# ---- The embedded default (the zoo issue provides the models; tune the sizes here) ----
+DEFAULT_PROMPTS_PER_WORKLOAD = 12  # prompts per workload in `python sweep.py`: ~10 min on 2 CPU cores
+DEFAULT_MAX_NEW_TOKENS = 128  # output tokens per prompt
+DEFAULT_K = 8
+DEFAULT_CALIBRATION_PROMPTS = 2  # prompts each drafter decodes live for the timing calibration
+DEFAULT_TARGET = "zoo/target"
+DEFAULT_DRAFTERS = ["ngram=ngram", "suffix=suffix", "draft=draft:path=zoo/draft", "medusa=medusa:path=zoo/medusa",
+                    "eagle=eagle:path=zoo/eagle", "cascade=cascade:of=draft+ngram"]
+DEFAULT_WORKLOADS = ["code", "math", "chat", "copy"]
+ZOO_FILES = ["zoo/target/config.json", "zoo/target/model.safetensors", "zoo/target/tokenizer.json",
+             "zoo/draft/config.json", "zoo/draft/model.safetensors", "zoo/draft/tokenizer.json",
+             "zoo/medusa/config.json", "zoo/medusa/model.safetensors",
+             "zoo/eagle/config.json", "zoo/eagle/model.safetensors"] + [
+             f"zoo/workloads/{w}.jsonl" for w in DEFAULT_WORKLOADS]
+
+app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
+
+
+def fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _kv_list(items: list[str], flag: str) -> dict:
+    out = {}
+    for it in items:
+        if "=" not in it:
+            fail(f"{flag} {it!r}: expected NAME=VALUE")
+        k, v = it.split("=", 1)
+        out[k] = v
+    return out
+
+
+def _load_policy(spec: str):
+    """module.path:Class[:key=value,...] -> Class(**settings)."""
+    from harness.drafters import _settings, resolve_class
+    parts = spec.split(":", 2)
+    if len(parts) < 2:
+        fail(f"--policy {spec!r}: expected module.path:ClassName[:key=value,...]")
+    cls = resolve_class(f"{parts[0]}:{parts[1]}")
+    pol = cls(**_settings(parts[2] if len(parts) > 2 else "", f"--policy {spec}"))
+    for m in ("reset", "choose", "update"):
+        if not callable(getattr(pol, m, None)):
+            fail(f"--policy {spec}: the object has no {m}() method (needs reset, choose, update)")
+    return pol
+
+
+def _missing_zoo() -> list[str]:
+    return [f for f in ZOO_FILES if not (REPO / f).is_file()]
+
+
+@app.command()
+def main(
+    target: Optional[str] = typer.Option(None, help="target model dir or name under the models root "
+                                         "(omit for the embedded zoo default)"),
+    drafter: List[str] = typer.Option([], "--drafter", help="NAME=KIND[:key=value,...], repeatable"),
+    workloads: Optional[str] = typer.Option(None, help="comma-separated workload names (see workloads.py)"),
+    workload_file: Optional[str] = typer.Option(None, help="JSONL of {workload, prompt_id, prompt|messages}"),
+    workload_path: List[str] = typer.Option([], "--workload-path", help="NAME=FILE: a benchmark file, repeatable"),
+    data: Optional[str] = typer.Option(None, help="root of local benchmark files"),
+    models: Optional[str] = typer.Option(None, help="models root (else $MACH_MODELS, $SPECBANDIT_MODELS)"),
+    mode: str = typer.Option("dense", help="dense | sparse | live"),
+    k: int = typer.Option(DEFAULT_K, help="maximum draft length"),
+    max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, help="output tokens per prompt"),
+    temperature: float = typer.Option(0.0, help="0 = greedy; > 0 = Gumbel-max coupled sampling"),
+    seed: int = typer.Option(0, help="keys all sampling noise"),
+    out: Optional[str] = typer.Option(None, help="run directory (default runs/<name>-<UTC time>)"),
+    resume: bool = typer.Option(False, help="continue the run in --out, skipping finished prompts"),
+    limit: Optional[int] = typer.Option(None, help="at most N prompts per workload"),
+    device: str = typer.Option("cpu", help="cpu | cuda"),
+    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16"),
+    behaviour: Optional[str] = typer.Option(None, help="sparse: the drafter whose draft advances the output"),
+    policy: Optional[str] = typer.Option(None, help="live: module.path:Class[:k=v] choosing a drafter per block"),
+    calibrate: int = typer.Option(0, help="prompts per drafter in a live timing-calibration phase after the sweep"),
+    threads: int = typer.Option(0, help="torch CPU threads (0: 1 on cpu, where small models lose more to "
+                                "thread hand-offs than they gain; torch's default on cuda)"),
+):
+    from harness.lm import HarnessError
+    from workloads import WorkloadError
+    default = target is None
+    if default:
+        missing = _missing_zoo()
+        if missing:
+            fail("the embedded default runs on the zoo models, and these files are missing:\n  "
+                 + "\n  ".join(missing) + "\nmake them with:  python -m zoo.train all\n"
+                 "or give your own --target DIR --drafter ... --workloads ...")
+        target = str(REPO / DEFAULT_TARGET)
+        drafter = drafter or [s.replace("path=zoo/", f"path={REPO}/zoo/") for s in DEFAULT_DRAFTERS]
+        workloads = workloads or ",".join(DEFAULT_WORKLOADS)
+        limit = limit if limit is not None else DEFAULT_PROMPTS_PER_WORKLOAD
+        calibrate = calibrate or DEFAULT_CALIBRATION_PROMPTS
+        out = out or f"runs/zoo-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    try:
+        run_sweep(target=target, drafter=drafter, workloads=workloads, workload_file=workload_file,
+                  workload_path=_kv_list(workload_path, "--workload-path"), data=data, models=models, mode=mode,
+                  k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, out=out, resume=resume,
+                  limit=limit, device=device, dtype=dtype, behaviour=behaviour, policy=policy,
+                  calibrate=calibrate, threads=threads)
+    except (HarnessError, WorkloadError) as e:
+        fail(str(e))
+
+
+def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_path=None, data=None, models=None,
+              mode="dense", k=8, max_new_tokens=128, temperature=0.0, seed=0, out=None, resume=False, limit=None,
+              device="cpu", dtype="float32", behaviour=None, policy=None, calibrate=0, threads=0, quiet=False):
+    """Validate everything, then run. Returns the run directory."""
+    import torch
+    from tqdm import tqdm
+
+    import workloads as wlmod
+    from harness import lm
+    from harness.calibrate import live_phase, time_verify
+    from harness.drafters import DrafterEnv, build_drafters, parse_spec
+    from harness.engine import Engine, RunConfig
+    from harness.rundir import RunDir, make_manifest
+    from harness.target import Target
+
+    # 1. Everything that can be checked without loading a model.
+    if not drafter:
+        raise lm.HarnessError("no drafters: give at least one --drafter NAME=KIND[:key=value,...]")
+    specs = [parse_spec(s) for s in drafter]
+    cfg = RunConfig(mode, k, max_new_tokens, temperature, seed, behaviour)
+    cfg.check([s.name for s in specs])
+    if policy and mode != "live":
+        raise lm.HarnessError("--policy applies to --mode live only")
+    if policy and resume:
+        raise lm.HarnessError("--resume with --policy: a policy's learned state is not saved; start a new run")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise lm.HarnessError(f"--device {device}: CUDA is not available on this machine")
+    if limit is not None and limit < 1:
+        raise lm.HarnessError(f"--limit {limit}: must be >= 1")
+    target_dir = lm.resolve_model_dir(target, models, "--target")
+    names = [w.strip() for w in (workloads or "").split(",") if w.strip()]
+    items = wlmod.load(names, workload_file, limit, workload_path, data, models)
+    pol = _load_policy(policy) if policy else None
+
+    # 2. Models (tokenizer and path checks happen while building drafters).
+    if threads or device == "cpu":
+        torch.set_num_threads(threads or 1)
+    torch.manual_seed(seed)
+    tok = lm.load_tokenizer(target_dir)
+    model = lm.load_lm(target_dir, device, dtype)
+    env = DrafterEnv(model, tok, target_dir, device, dtype, models, temperature, seed)
+    drafters = build_drafters(specs, env)
+    tgt = Target(model, tok, device, temperature)
+    prompts = [(p.workload, p.prompt_id, p.token_ids(tok)) for p in items]
+    for wl, pid, ids in prompts:
+        if not ids:
+            raise lm.HarnessError(f"{wl}/{pid}: the prompt tokenizes to nothing")
+    wl_names = list(dict.fromkeys(p.workload for p in items))
+    engine = Engine(tgt, drafters, cfg, pol, wl_names)
+
+    # 3. The run directory.
+    tname = target_dir.name if target_dir.name != "target" else f"{target_dir.parent.name}-target"
+    run_dir = Path(out or f"runs/{tname}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
+    dinfo = {}
+    for s in specs:
+        d = drafters[s.name]
+        info = getattr(d, "info", lambda: {"settings": s.settings, "sha256": None})()
+        dinfo[s.name] = {"kind": s.kind, "settings": info.get("settings", s.settings), "sha256": info.get("sha256")}
+    manifest = make_manifest(run_dir.name, mode, {"name": tname, "path": str(target), "sha256": lm.weights_sha256(target_dir)},
+                             dinfo, k, temperature, seed, wl_names, device)
+    rd = RunDir(run_dir, manifest, resume)
+
+    # 4. The sweep.
+    todo = [p for p in prompts if (p[0], p[1]) not in rd.done]
+    say = (lambda *a: None) if quiet else (lambda m: tqdm.write(m))
+    say(f"run {rd.dir}: {len(prompts)} prompts ({len(prompts) - len(todo)} already done), "
+        f"{len(drafters)} drafters, mode {mode}, k={k}")
+    n_blocks, t_start = 0, time.perf_counter()
+    bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), unit="prompt", disable=quiet, dynamic_ncols=True)
+    live_ms: dict[str, list[float]] = {n: [] for n in drafters}
+    for wl, pid, ids in prompts:
+        if (wl, pid) in rd.done:  # finished before a restart: only give its output to the drafters
+            engine.skip(rd.done[(wl, pid)])
+            continue
+        res = engine.run_prompt(wl, pid, ids)
+        rd.append(wl, pid, res.records, res.output)
+        n_blocks += len(res.records)
+        for n, v in res.timings.get("draft", {}).items():
+            live_ms[n] += v
+        rate = n_blocks / max(1e-9, time.perf_counter() - t_start)
+        bar.set_postfix_str(f"{rate:.1f} blocks/s")
+        bar.update(1)
+    bar.close()
+
+    # 5. Timing calibration (after the sweep: the live phase changes drafter state).
+    import statistics
+    timing, raw = None, None
+    if mode == "live":
+        pre = [ids + rd.done[(wl, pid)][: max(1, len(rd.done[(wl, pid)]) // 2)] for wl, pid, ids in prompts[:4]]
+        vm, vb = time_verify(tgt, pre, k, len(drafters))
+        timing = {"verify_ms": vm, "verify_batch_ms": vb,
+                  "drafter_ms": {n: (round(statistics.median(v), 4) if v else None) for n, v in live_ms.items()}}
+    elif calibrate > 0:
+        say(f"live calibration phase: {calibrate} prompt(s) per drafter")
+        cal = prompts[:calibrate]
+        cbar = tqdm(total=len(cal) * len(drafters), unit="prompt", desc="calibration", disable=quiet)
+        timing, raw = live_phase(tgt, drafters, cal, RunConfig("live", k, min(max_new_tokens, 64), temperature, seed),
+                                 cbar.update)
+        cbar.close()
+    if timing is not None:
+        timing["drafter_ms"] = {n: v for n, v in timing["drafter_ms"].items() if v is not None}
+        rd.manifest["timing"] = timing
+        rd.write_manifest()
+        if raw is not None:
+            (rd.dir / "live_calibration.json").write_text(json.dumps(raw, indent=2) + "\n")
+    say(f"logs: {rd.blocks} ({n_blocks} new records), manifest: {rd.dir / 'manifest.json'}")
+    say(f"analyse with:\n  python bandit/replay.py {rd.dir}\n  python bandit/ci.py {rd.dir}")
+    return rd.dir
+
+
+if __name__ == "__main__":
+    app()
