@@ -243,6 +243,82 @@ def regret_curve(t: BlockTable, policy, order: np.ndarray | None = None,
     return T, reg, slope
 
 
+@dataclass(frozen=True)
+class MultiSeqResult:
+    """Several sequences decoded in lockstep, one target step each, for one selection rule."""
+    policy: str
+    label: str
+    n_seq: int
+    tokens: np.ndarray      # (P,) tokens produced per prompt
+    ms: np.ndarray          # (P,) modelled ms charged to each prompt: its steps' full batch time
+    steps: int
+    total_ms: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return float(self.tokens.sum() / self.total_ms * 1000.0)
+
+
+def multi_sequence_replay(t: BlockTable, policy: SpecSelect | None, n_seq: int = 4, mode: str = "trajectory",
+                          prompt_order: np.ndarray | None = None, fixed: int | None = None) -> MultiSeqResult:
+    """`n_seq` prompts decoded together (a finished one is replaced by the next: continuous batching).
+
+    Each step, spec-select's `choose_batch` picks every sequence's draft jointly (or every
+    sequence runs drafter `fixed`); the step's modelled time is `SpecSelect.batch_step_ms`
+    (one verify pass per distinct verified length, each model drafter called once). Per prompt:
+    tokens, and the batch time of the steps it took part in (its own tokens/s as it sees it).
+    """
+    timing = run_timing(t)
+    pol = policy if policy is not None else SpecSelect()
+    pol.reset(t.drafters, t.workloads, timing)
+    D = len(t.drafters)
+    A = t.accepted.astype(float)
+    order = (np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)).tolist()
+    if mode == "block":
+        seqs = [r.tolist() for r in _block_rows(t)]
+    elif t.dense:
+        seqs = None
+        starts = np.searchsorted(t.prompt, np.arange(t.n_prompts)).tolist()
+        ends = np.searchsorted(t.prompt, np.arange(t.n_prompts), side="right").tolist()
+    else:
+        raise ValueError("trajectory mode needs a dense log")
+    tokens, ms = np.zeros(t.n_prompts), np.zeros(t.n_prompts)
+    nanD, nanF, allobs = np.full(D, np.nan), np.full((D, 4), np.nan), np.ones(D, bool)
+    live: list[list] = []      # [prompt, cursor (row or index), prev_a, prev_f]
+    steps, total = 0, 0.0
+    while order or live:
+        while order and len(live) < n_seq:
+            p = order.pop(0)
+            live.append([p, 0 if seqs is not None else starts[p], nanD, nanF])
+        rows = [seqs[p][c] if seqs is not None else c for p, c, _, _ in live]
+        ctxs = [Context(int(t.workload[r]), p, int(t.pos[r]), pa, pf, t.draft_len[r])
+                for (p, _, pa, pf), r in zip(live, rows)]
+        picks = pol.choose_batch(ctxs) if fixed is None else [fixed] * len(live)
+        pairs = []
+        for (p, c, _, _), r, ctx, pick in zip(live, rows, ctxs, picks):
+            d, L = (pick[0], pick[1]) if isinstance(pick, tuple) else (pick, -1)
+            rew = A[r, d] if L < 0 else min(A[r, d], L)
+            acc = A[r].copy()
+            acc[d] = rew
+            pol.cut_ = (d, L)
+            pol.update(ctx, d, acc, allobs)
+            pairs.append((d, int(t.draft_len[r, d]) if L < 0 else L))
+            tokens[p] += rew + 1
+        step = pol.batch_step_ms(pairs)
+        steps, total = steps + 1, total + step
+        nxt = []
+        for (p, c, _, _), r, (d, _), pick in zip(live, rows, pairs, picks):
+            ms[p] += step
+            adv = A[r, d] if not isinstance(pick, tuple) else min(A[r, d], pick[1])
+            c = c + 1 if seqs is not None else c + int(adv) + 1
+            done = c >= len(seqs[p]) if seqs is not None else c >= ends[p]
+            if not done:
+                nxt.append([p, c, A[r].copy(), t.features[r]])
+        live = nxt
+    name = pol.name + "_multi" if fixed is None else f"fixed:{t.drafters[fixed]}"
+    return MultiSeqResult(name, t.label, n_seq, tokens, ms, steps, total)
+
+
 # ---------------------------------------------------------------- evaluation
 
 @dataclass(frozen=True)

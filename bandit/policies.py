@@ -459,10 +459,10 @@ class SpecSelect(_Policy):
     model drafters). Options: each lookup draft cut to its best length L (its length is known
     before choosing: `ctx.draft_len` is read for lookup drafters only), each model drafter's
     whole draft (assumed k long), or no draft (L = 0). It maximises log(expected tokens / step
-    time) under `StepTime` (the manifest's timing, or stated defaults). The PR has one model
-    drafter; with several, an unused one would never be re-estimated, so with probability
-    `explore` a random model drafter runs (our extension; greedy draws still carry a selection
-    bias into the pooled estimate, which the PR's one-model-drafter setting does not have). `choose_batch` is the
+    time) under `StepTime` (the manifest's timing, or stated defaults). A model drafter that
+    looks worse than a lookup draft is never called again, so its estimate would never recover
+    from an unlucky start: with probability `explore` a random model drafter runs (our
+    extension; the PR relies on lookup drafts rarely winning outside copy-heavy text). `choose_batch` is the
     multi-sequence rule: maximise the sum over the step's sequences of log(tokens / step time),
     no sequence more than `max_slowdown` slower than with every sequence on the model drafter.
     """
@@ -520,7 +520,7 @@ class SpecSelect(_Policy):
     def choose(self, ctx):
         if not self.B_:
             self._init_tables(ctx)
-        if self.models_.size > 1 and self.rng_.random() < self.explore:
+        if self.models_.size and self.rng_.random() < self.explore:
             d = int(self.models_[self.rng_.integers(self.models_.size)])
             self.cut_ = (d, -1)
             return d
@@ -620,7 +620,12 @@ class SpecSelect(_Policy):
                 v = sum(math.log(r) for r in rates)
                 if v > best_v:
                     best, best_v = [c for c, _ in combo], v
-        return [(d, L) if self.is_lookup_[d] else d for d, L in best]
+        out = []
+        for d, L in best:   # the same exploration as `choose`, per sequence
+            if self.models_.size and self.rng_.random() < self.explore:
+                d = int(self.models_[self.rng_.integers(self.models_.size)])
+            out.append((d, L) if self.is_lookup_[d] else d)
+        return out
 
 
 ALL = (UCB1, EXP3, Hedge, NormalHedge, ThompsonCtx, HedgeCtx, LinUCB, SpecSelect, Random)
