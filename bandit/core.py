@@ -395,6 +395,11 @@ def evaluate(t: BlockTable, mode: str = "block", policies: Sequence | None = Non
     Per seed s the prompts come in the order rng(s).permutation(P) and each policy gets
     random_state = s; per-prompt totals are averaged over seeds before the bootstrap.
     """
+    if mode not in ("block", "trajectory"):
+        raise ValueError(f"mode must be 'block' or 'trajectory', got {mode!r}")
+    if mode == "trajectory" and not t.dense:
+        raise ValueError("trajectory mode needs a dense log (a record at every position of every prompt); "
+                         "this one is sparse: use --mode block")
     timing = run_timing(t)
     strata = np.zeros(t.n_prompts, np.int64)
     strata[t.prompt] = t.workload

@@ -150,3 +150,24 @@ def test_cli_json_names_and_byte_identical(tmp_path):
         assert v["tokens_per_pass"] == pytest.approx(v["mean_accepted"] + 1)
     bad = CliRunner().invoke(app, ["policies", str(tmp_path / "nope"), "--json"])
     assert bad.exit_code == 1 and "nope" in bad.output
+
+
+def test_multi_sequence_replay_counts_and_batching():
+    t = simulate_table(SimConfig(n_prompts=3, out_len=50, dense=True, seed=6))
+    lengths = np.bincount(t.prompt)
+    one = core.multi_sequence_replay(t, None, 1, fixed=1)
+    assert np.array_equal(one.tokens, lengths)
+    assert one.steps == replay.fixed_trajectory(t, 1).passes.sum()
+    four = core.multi_sequence_replay(t, None, 4, fixed=1)
+    assert np.array_equal(four.tokens, lengths) and four.total_ms < one.total_ms   # batching pays
+    assert four.share.sum() == pytest.approx(four.total_ms)
+    ss = core.multi_sequence_replay(t, None, 4)
+    assert np.array_equal(ss.tokens, lengths)
+
+
+def test_sparse_logs_refuse_trajectory_mode():
+    t = simulate_table(SimConfig(n_prompts=2, out_len=40, dense=False, seed=1))
+    with pytest.raises(ValueError, match="dense"):
+        core.evaluate(t, "trajectory", [Hedge()], seeds=(0,), n_resamples=50)
+    with pytest.raises(ValueError, match="mode"):
+        core.evaluate(t, "blocks", [Hedge()], seeds=(0,), n_resamples=50)
