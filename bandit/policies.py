@@ -11,7 +11,7 @@ Rewards are accepted tokens; learners that need rewards in [0, 1] divide by the 
 seen so far (k in practice). Every class is sklearn-style: hyperparameters in `__init__`, all
 state created in `reset`, `random_state` seeds the only source of randomness.
 
-    python bandit/policies.py      # each policy on a synthetic two-workload stream with a ranking flip
+    python bandit/policies.py      # every policy on a small simulated campaign with ranking flips [SIM]
 """
 from __future__ import annotations
 
@@ -634,3 +634,13 @@ ALL = (UCB1, EXP3, Hedge, NormalHedge, ThompsonCtx, HedgeCtx, LinUCB, SpecSelect
 def make_policies(random_state: int = 0) -> list[_Policy]:
     """One instance of every learning policy (baselines needing hindsight are built in core.py)."""
     return [cls(random_state=random_state) for cls in ALL]
+
+
+if __name__ == "__main__":
+    # every policy on a small simulated campaign with planted ranking flips between workloads
+    from bandit.core import evaluate
+    from bandit.simulate import SimConfig, simulate_table
+    t = simulate_table(SimConfig(drafter_accept=(0.72,) * 4, workload_shift=(0.0,) * 4, ranking_flips=True,
+                                 flip_margin=0.6, n_prompts=30, out_len=120, dense=False, seed=0))
+    print(f"simulated campaign with planted ranking flips: {t.summary()}")
+    print(evaluate(t, "block", None, seeds=(0, 1), n_resamples=1000, seed=0).summary())
