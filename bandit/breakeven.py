@@ -160,6 +160,10 @@ def render(r: BreakevenReport) -> str:
              f"selector (LOWO, nested threshold): token gain g = {r.gain:+.4f}, redraft rate R = {r.redraft_rate:.4f} [{tag}]",
              f"best-of-N (R = 1): token gain = {r.bon_gain:+.4f} [{tag}]", ""]
     for alpha in (0.0, 0.25, 1.0):
+        if r.redraft_rate == 0:
+            lines.append(f"alpha = {alpha:.2f}: the selector re-drafts no block (its thresholds, chosen on training "
+                         "workloads, exceed every held-out score): it is the primary alone [MODEL]")
+            continue
         be = breakeven_rho(r.gain, r.redraft_rate, r.K, alpha)
         regime = breakeven_regime(r.gain, r.redraft_rate, r.K, alpha)
         say = {"below": f"wins while rho < {be or 0:.4f}", "above": f"wins only while rho > {be or 0:.4f}",
@@ -171,6 +175,8 @@ def render(r: BreakevenReport) -> str:
         bon = speedup_equal(r.bon_gain, 1.0, r.K, rho, 0.0)
         sel = r.best_selector(rho, 0.0)
         lines.append(f"| {rho:.2f} | {bon:.3f} | {sel:.3f} | {100 * (sel / bon - 1):+.1f}% |")
+    lines.append("best selector: the best threshold in hindsight over the out-of-fold frontier (R = 0, the primary "
+                 "alone, included), an upper bound for any threshold rule on these scores")
     lines.append("")
     if r.measured is None:
         lines.append("rho was not measured (no `timing` in the manifest): the condition above is the claim [MODEL]; "
