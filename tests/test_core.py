@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from bandit import core, replay
 from bandit.cli import app
-from bandit.policies import EXP3, UCB1, Hedge, HedgeCtx, LinUCB, ThompsonCtx, make_policies
+from bandit.policies import EXP3, UCB1, Fixed, Hedge, HedgeCtx, LinUCB, ThompsonCtx, make_policies
 from bandit.simulate import SimConfig, simulate_table, true_mean_accepted, write_sim_run
 
 SMALL = dict(n_prompts=40, out_len=120, dense=False, seed=4, workload_shift=(0.0, 0.0, 0.0, 0.0))
@@ -171,3 +171,18 @@ def test_sparse_logs_refuse_trajectory_mode():
         core.evaluate(t, "trajectory", [Hedge()], seeds=(0,), n_resamples=50)
     with pytest.raises(ValueError, match="mode"):
         core.evaluate(t, "blocks", [Hedge()], seeds=(0,), n_resamples=50)
+
+
+def test_hindsight_trajectories_match_fixed_policies_replayed():
+    t = simulate_table(SimConfig(n_prompts=4, out_len=60, dense=True, seed=9))
+    hind = core.hindsight_traces(t, "trajectory")
+    best = int(hind["best_fixed"].chosen[0])
+    tr = core.run_policy(t, Fixed(best), "trajectory")
+    assert np.array_equal(np.sort(tr.row), hind["best_fixed"].row)
+    arms = [int(hind["workload_oracle"].chosen[t.workload[hind["workload_oracle"].row] == w][0])
+            for w in range(len(t.workloads))]
+    tr = core.run_policy(t, Fixed(arms), "trajectory")
+    assert np.array_equal(np.sort(tr.row), hind["workload_oracle"].row)
+    per_w = {w: min(range(len(t.drafters)), key=lambda d: (replay.fixed_trajectory(t, d).passes[
+        np.unique(t.prompt[t.workload == w])].sum(), d)) for w in range(len(t.workloads))}
+    assert arms == [per_w[w] for w in range(len(t.workloads))]
