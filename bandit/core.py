@@ -585,10 +585,10 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
     """Replay every drafter-selection policy on block logs, with 95% bootstrap CIs over prompt clusters.
 
-    Policies: best_fixed, workload_oracle, per_block_oracle (hindsight), ucb, exp3, hedge,
-    normalhedge, thompson_ctx, hedge_ctx, linucb, spec_select, random (and trajectory_oracle in
-    trajectory mode). --json prints {policy: {"mean_accepted", "ci", "tokens_per_pass",
-    "gain_vs_best_fixed", "gain_ci", "regret_vs_best_fixed", "tokens_per_s_model", ...}}.
+    Policies: best_fixed, workload_oracle, per_block_oracle (hindsight), ucb, exp3, hedge, normalhedge, thompson_ctx, hedge_ctx, linucb, spec_select, random; trajectory_oracle in trajectory mode.
+
+    --json prints {policy: {"mean_accepted", "ci", "tokens_per_pass", "gain_vs_best_fixed", "gain_ci", "regret_vs_best_fixed", "tokens_per_s_model", ...}}.
+
     PATHS default to the newest measured campaign under runs/ (else the shipped simulated one).
     """
     try:
