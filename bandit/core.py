@@ -498,7 +498,7 @@ def fit_simulator(t: BlockTable, base: SimConfig | None = None) -> SimConfig:
         int(np.round(np.median([t.pos[t.prompt == p].max() + 1 for p in range(t.n_prompts)])))
     per_w = int(np.round(t.n_prompts / W))
     cfg = replace(base, workloads=t.workloads, drafters=t.drafters, k=k, out_len=max(n_out, 2), n_prompts=per_w,
-                  ranking_flips=False, **_resize(base, W, len(t.drafters)))
+                  ranking_flips=False, token_accept=((0.5,) * len(t.drafters),) * W, **_resize(base, W, len(t.drafters)))
     lo, hi = np.full(target.shape, 1e-4), np.full(target.shape, 1 - 1e-4)
     for _ in range(40):     # true_mean_accepted is increasing in the per-token acceptance
         mid = (lo + hi) / 2

@@ -117,9 +117,13 @@ def test_fit_simulator_recovers_planted_acceptance():
     cfg = SimConfig(workloads=("a", "b"), drafters=("x", "y", "z"), token_accept=planted, drafter_accept=(0.7,) * 3,
                     workload_shift=(0.0, 0.0), signal=(0.5, 0.5), conf_base=(0.0, 0.0), empty_rate=(0.0,) * 3,
                     drafter_ms=(1.0,) * 3, n_prompts=40, out_len=100, dense=True, seed=8)
-    fit = core.fit_simulator(simulate_table(cfg), cfg)
+    t = simulate_table(cfg)
+    fit = core.fit_simulator(t, cfg)
     assert np.allclose(fit.token_accept, planted, atol=0.03)
     assert fit.k == cfg.k and fit.out_len == cfg.out_len and fit.n_prompts == cfg.n_prompts
+    # from the shipped 4 x 4 calibration as the base: resized to the logs' 2 workloads x 3 drafters
+    fit = core.fit_simulator(t)
+    assert fit.drafters == cfg.drafters and np.allclose(fit.token_accept, planted, atol=0.03)
 
 
 def test_shipped_calibration_assumes_flips_and_bad_files_say_where(tmp_path):
