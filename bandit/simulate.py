@@ -25,8 +25,8 @@ if __package__ in (None, ""):  # run as `python bandit/simulate.py`: import our 
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 import dataclasses
+import gc
 import gzip
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,13 +254,19 @@ def write_sim_run(cfg: SimConfig, out_dir: str | Path, gz: bool = True, chunk: i
     toks = _draft_tokens(arr, p, t, rng)  # one draw for all rows: chunking must not change the bytes
     path = out_dir / ("blocks_sim.jsonl.gz" if gz else "blocks_sim.jsonl")
     dump = (lambda o: _fastjson.dumps(o)) if _fastjson else (lambda o: json.dumps(o, separators=(",", ":")).encode())
-    with open(path, "wb") as raw:
-        f = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if gz else raw
-        for s in range(0, len(p), chunk):
-            recs = _records(cfg, arr, p[s:s + chunk], t[s:s + chunk], toks[s:s + chunk])
-            f.write(b"\n".join(map(dump, recs)) + b"\n")
-        if gz:
-            f.close()
+    gc_on = gc.isenabled()
+    gc.disable()  # millions of short-lived dicts and lists: the collector would rescan them for nothing
+    try:
+        with open(path, "wb") as raw:
+            f = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if gz else raw
+            for s in range(0, len(p), chunk):
+                recs = _records(cfg, arr, p[s:s + chunk], t[s:s + chunk], toks[s:s + chunk])
+                f.write(b"\n".join(map(dump, recs)) + b"\n")
+            if gz:
+                f.close()
+    finally:
+        if gc_on:
+            gc.enable()
     m = manifest(cfg, run=out_dir.name)
     (out_dir / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
     return path
