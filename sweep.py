@@ -157,6 +157,9 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
         raise lm.HarnessError(f"--device {device}: CUDA is not available on this machine")
     if limit is not None and limit < 1:
         raise lm.HarnessError(f"--limit {limit}: must be >= 1")
+    names_given = [w for w in (workloads or "").split(",") if w.strip()]
+    if names_given and workload_file:
+        raise lm.HarnessError("give --workloads NAMES or --workload-file FILE, not both")
     target_dir = lm.resolve_model_dir(target, models, "--target")
     names = [w.strip() for w in (workloads or "").split(",") if w.strip()]
     items = wlmod.load(names, workload_file, limit, workload_path, data, models)

@@ -1,0 +1,134 @@
+"""sweep.py end to end on tiny models: bad inputs fail before any work, logs load with
+bandit.logs, the manifest has exactly the documented fields, and reruns are byte-identical."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import sweep
+from bandit.logs import load_logs
+from harness.tiny import make_model, make_tokenizer, make_zoo, save_model, write_workload_file
+
+torch.set_num_threads(1)
+MANIFEST_KEYS = ["v", "label", "run", "created", "mode", "target", "drafters", "k", "temperature", "seed",
+                 "workloads", "hardware", "code_version"]
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    z = make_zoo(root)
+    z["wl"] = write_workload_file(root / "wl.jsonl")
+    tok = make_tokenizer(extra="é")  # one more token: a different vocabulary
+    z["other"] = save_model(make_model("llama", len(tok), seed=5), tok, root / "other")
+    return z
+
+
+def _cli(args):
+    res = CliRunner().invoke(sweep.app, [str(a) for a in args])
+    return res.exit_code, (res.output or "") + (getattr(res, "stderr", "") or "")
+
+
+def _base(z, out, *extra, drafters=None):
+    args = ["--target", z["target"], "--workload-file", z["wl"], "--out", out, "--k", "4", "--max-new-tokens", "24"]
+    for d in drafters if drafters is not None else z["specs"]:
+        args += ["--drafter", d]
+    return args + list(extra)
+
+
+@pytest.mark.parametrize("change,message", [
+    (["--drafter", "x=warpdrive"], "unknown drafter kind 'warpdrive'"),
+    (["--drafter", "x=ngram:n_mx=3"], "unknown setting"),
+    (["--drafter", "x=draft:path=/nonexistent/model"], "/nonexistent/model"),
+    (["--drafter", "x=draft"], "missing setting path="),
+    (["--drafter", "x=cascade:of=draft+nothing"], "nothing"),
+    (["--k", "0"], "--k 0"),
+    (["--mode", "turbo"], "--mode 'turbo'"),
+    (["--workloads", "nosuchbench", "--workload-file", ""], "unknown workload"),
+    (["--workloads", "code"], "not both"),
+    (["--workloads", "gsm8k", "--workload-file", ""], "gsm8k/test.jsonl"),
+])
+def test_bad_inputs_fail_before_work(zoo, tmp_path, change, message):
+    out = tmp_path / "run"
+    code, text = _cli(_base(zoo, out, *change))
+    assert code == 2, text
+    assert "error:" in text and message in text, text
+    assert not out.exists()  # nothing was written
+
+
+def test_missing_target_and_tokenizer_mismatch(zoo, tmp_path):
+    out = tmp_path / "run"
+    code, text = _cli(["--target", tmp_path / "nope", "--drafter", "n=ngram", "--workload-file", zoo["wl"], "--out", out])
+    assert code == 2 and "no such directory" in text and str(tmp_path / "nope") in text
+    code, text = _cli(_base(zoo, out, drafters=["n=ngram", f"d=draft:path={zoo['other']}"]))
+    assert code == 2 and "tokenizer mismatch" in text and str(zoo["other"]) in text, text
+    assert not out.exists()
+
+
+def test_models_root_resolution(zoo, tmp_path, monkeypatch):
+    monkeypatch.setenv("MACH_MODELS", str(zoo["root"]))
+    out = tmp_path / "run"
+    code, text = _cli(["--target", "target", "--drafter", "d=draft:path=draft", "--workload-file", zoo["wl"],
+                       "--out", out, "--k", "3", "--max-new-tokens", "8", "--limit", "1"])
+    assert code == 0, text
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["target"]["sha256"] and m["drafters"]["d"]["sha256"]
+
+
+def test_default_without_zoo_says_what_it_needs(monkeypatch, tmp_path):
+    monkeypatch.setattr(sweep, "REPO", tmp_path)
+    code, text = _cli([])
+    assert code == 2
+    assert "zoo/target/model.safetensors" in text and "python -m zoo.train all" in text
+
+
+def _strip_times(path: Path) -> list[dict]:
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in recs:
+        r.pop("target_ms", None)
+        for d in r["drafts"].values():
+            d.pop("ms", None)
+    return recs
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse"])
+def test_logs_validate_and_rerun_identically(zoo, tmp_path, mode):
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"r{i}"
+        code, text = _cli(_base(zoo, out, "--mode", mode, "--calibrate", "1" if i == 0 else "0"))
+        assert code == 0, text
+        assert f"python bandit/replay.py {out}" in text and f"python bandit/ci.py {out}" in text
+        runs.append(out)
+    blocks = runs[0] / f"blocks_{mode}.jsonl"
+    table = load_logs([runs[0]])
+    assert table.label == "MEASURED" and set(table.drafters) == {s.split("=")[0] for s in zoo["specs"]}
+    assert table.dense == (mode == "dense") and table.n_prompts == 4
+    if mode == "dense":  # byte-identical, including timing-free fields' layout
+        assert blocks.read_bytes() == (runs[1] / blocks.name).read_bytes()
+    else:
+        assert _strip_times(blocks) == _strip_times(runs[1] / blocks.name)
+    m = json.loads((runs[0] / "manifest.json").read_text())
+    assert list(m)[: len(MANIFEST_KEYS)] == MANIFEST_KEYS and set(m) <= set(MANIFEST_KEYS) | {"timing"}
+    assert m["label"] == "MEASURED" and m["mode"] == mode and m["k"] == 4 and m["run"] == "r0"
+    if mode == "dense":  # the live calibration phase measured rho and alpha's ingredients
+        t = m["timing"]
+        assert t["verify_ms"]["tokens"] == [1, 2, 4, 5] and len(t["verify_ms"]["ms"]) == 4
+        assert t["verify_batch_ms"]["drafts"] == list(range(1, 7))
+        assert set(t["drafter_ms"]) == set(table.drafters) and all(v > 0 for v in t["drafter_ms"].values())
+        first = json.loads(blocks.read_text().splitlines()[0])
+        assert list(first) == ["v", "workload", "prompt_id", "pos", "drafts"]
+
+
+def test_live_mode_run(zoo, tmp_path):
+    out = tmp_path / "live"
+    code, text = _cli(_base(zoo, out, "--mode", "live", drafters=[f"d=draft:path={zoo['draft']}"]))
+    assert code == 0, text
+    table = load_logs([out])
+    assert (table.block >= 0).all() and (table.target_ms > 0).all()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["mode"] == "live" and m["timing"]["drafter_ms"]["d"] > 0
+    code, text = _cli(_base(zoo, tmp_path / "live2", "--mode", "live"))
+    assert code == 2 and "one drafter" in text
