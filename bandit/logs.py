@@ -475,8 +475,11 @@ def _bulk(objs: list, names: Sequence[str], lines: list[bytes] | None) -> _Batch
     """Validate parsed records column by column; their columns, or the first failing check's name.
 
     Every check mirrors one of `_check_record` (the exact reference); orjson has already rejected
-    NaN and Infinity. `lines` given: also require the same drafters in every record and no
-    duplicate keys (total `":` count = total keys; a mismatch only sends the batch to the exact path).
+    NaN and Infinity. `lines` given (the raw text, on the fast path): also require exactly `names`
+    as drafters in every record and count structure on the text: as many quotes as keys and
+    string fields, as many `[` as lists, as many `{` as objects, no true/false/null. Then no key
+    is duplicated, every list holds numbers only and no field goes unchecked; a batch of any
+    other shape just takes the exact path.
     """
     n, D = len(objs), len(names)
     if _types(objs) != {dict}:

@@ -261,3 +261,17 @@ def test_cli_validate_exit_codes(tmp_path):
     bad = _write(tmp_path, recs, "blocks_bad.jsonl")
     r = CliRunner().invoke(app, ["validate", str(bad)])
     assert r.exit_code == 1 and f"{bad}:5: drafts.x.conf[2]:" in r.output
+
+
+def test_clean_logs_take_the_bulk_path(tmp_path, monkeypatch):
+    """The exact per-record path runs only to locate a problem: a clean log never needs it."""
+    path = write_sim_run(SimConfig(n_prompts=2, out_len=30, seed=1), tmp_path / "run")
+    ref = load_logs([path])
+
+    def boom(*a):
+        raise AssertionError("exact path used on a clean log")
+    monkeypatch.setattr(logs, "_parse_exact", boom)
+    monkeypatch.setattr(logs, "_BATCH", 50)
+    t = load_logs([path])
+    np.testing.assert_array_equal(t.accepted, ref.accepted)
+    np.testing.assert_array_equal(t.features, ref.features)
