@@ -1,5 +1,6 @@
 """Policy replay and the calibrated simulation, checked on simulated logs with planted structure."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -190,3 +191,13 @@ def test_hindsight_trajectories_match_fixed_policies_replayed():
     per_w = {w: min(range(len(t.drafters)), key=lambda d: (replay.fixed_trajectory(t, d).passes[
         np.unique(t.prompt[t.workload == w])].sum(), d)) for w in range(len(t.workloads))}
     assert arms == [per_w[w] for w in range(len(t.workloads))]
+
+
+def test_falsify_does_not_reject_the_model_that_made_the_logs():
+    cfg = replace(FLIPS, n_prompts=15, out_len=100, dense=True, seed=12)
+    t = simulate_table(cfg)
+    f = core.falsify(t, seeds=(0,), n_resamples=300)
+    assert f.fitted.n_prompts == 15 and f.fitted.out_len == 100
+    assert not f.excludes(f.predicted_fitted), f.summary()
+    assert f.observed.lo > 0 and f.predicted_fitted.lo > 0
+    assert "[SIM]" in f.summary()
