@@ -200,7 +200,8 @@ def step_ms(t: BlockTable, tr: Trace, timing: dict) -> np.ndarray | None:
     if "verify_ms" not in timing or "drafter_ms" not in timing:
         return None
     D = len(t.drafters)
-    st = StepTime.from_timing(t.drafters, np.array([d in timing.get("lookup", ()) for d in t.drafters]), timing)
+    look = np.array([d in timing.get("lookup", ()) for d in t.drafters])
+    st = StepTime.from_timing(t.drafters, look, timing)
     n = np.where(tr.cut >= 0, tr.cut, t.draft_len[tr.row, tr.chosen])
     if tr.full_information and tr.policy != "spec_select":
         vb = timing.get("verify_batch_ms")
@@ -209,9 +210,7 @@ def step_ms(t: BlockTable, tr: Trace, timing: dict) -> np.ndarray | None:
         return np.full(len(tr.row), union + st.drafter_ms.sum())
     calls = st.drafter_ms[tr.chosen]
     if tr.policy == "spec_select":
-        lk = st.drafter_ms[np.array([d in timing.get("lookup", ()) for d in t.drafters])]
-        calls = np.where(np.isin(tr.chosen, np.flatnonzero(np.isin(t.drafters, timing.get("lookup", ())))),
-                         0.0, calls) + lk.sum()
+        calls = np.where(look[tr.chosen], 0.0, calls) + st.drafter_ms[look].sum()
     return st.verify(n + 1.0) + calls
 
 
@@ -407,7 +406,7 @@ def evaluate(t: BlockTable, mode: str = "block", policies: Sequence | None = Non
     traces: dict[str, list[Trace]] = {k: [v] for k, v in hind.items()}
     for s in seeds:
         order = np.random.default_rng(s).permutation(t.n_prompts)
-        pols = make_policies(random_state=s) if policies is None else [_with_seed(p, s) for p in policies]
+        pols = make_policies(random_state=s) if policies is None else [p.clone(random_state=s) for p in policies]
         for pol in pols:
             traces.setdefault(pol.name, []).append(run_policy(t, pol, mode, order, timing))
     bf_sum, bf_n = _per_prompt(t, hind["best_fixed"])
@@ -439,13 +438,6 @@ def evaluate(t: BlockTable, mode: str = "block", policies: Sequence | None = Non
             replace(g, value=g.value - 1, lo=g.lo - 1, hi=g.hi - 1), float("nan"), None, float(ps.sum()))
     return PolicyReport(t.label, mode, tuple(seeds), n_resamples, seed, results,
                         tuple((s.path, s.sha256) for s in t.sources), t.n_prompts)
-
-
-def _with_seed(p, s: int):
-    q = type(p).__new__(type(p))
-    q.__dict__.update({k: v for k, v in vars(p).items() if not k.endswith("_")})
-    q.random_state = s
-    return q
 
 
 # ---------------------------------------------------------------- the calibrated simulation

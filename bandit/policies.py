@@ -7,9 +7,10 @@ then learns from what the verification revealed: `accepted (D,)` with NaN where 
 The replay enforces the feedback model: a bandit policy (`full_information = False`) sees only
 the drafter it chose; a full-information one sees every drafter (panoramic feedback).
 
-Rewards are accepted tokens; learners that need rewards in [0, 1] divide by the longest draft
-seen so far (k in practice). Every class is sklearn-style: hyperparameters in `__init__`, all
-state created in `reset`, `random_state` seeds the only source of randomness.
+Rewards are accepted tokens; learners that need rewards in [0, 1] divide by k (from the
+`timing` dict given to `reset`, else the longest draft at the first block). Every class is
+sklearn-style: hyperparameters in `__init__` (`get_params`, `clone`), all state created in
+`reset` (attributes with a trailing underscore), `random_state` seeds the only randomness.
 
     python bandit/policies.py      # every policy on a small simulated campaign with ranking flips [SIM]
 """
@@ -62,9 +63,17 @@ class _Policy:
                 return i
         return len(w) - 1
 
+    def get_params(self) -> dict:
+        """The constructor's arguments (the hyperparameters), as in scikit-learn."""
+        import inspect
+        return {k: getattr(self, k) for k in inspect.signature(type(self).__init__).parameters if k != "self"}
+
+    def clone(self, **changes) -> "_Policy":
+        """An unfitted copy with the same hyperparameters, `changes` applied (e.g. random_state)."""
+        return type(self)(**{**self.get_params(), **changes})
+
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.endswith("_"))
-        return f"{type(self).__name__}({args})"
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
 
 
 def _rewards(accepted: np.ndarray, observed: np.ndarray, scale: float) -> list[float]:
@@ -94,7 +103,8 @@ class Fixed(_Policy):
     """Always the same drafter, or one drafter per workload (`arms` indexed by workload).
 
     With the arm picked in hindsight this is DESIGN.md's best fixed drafter (one arm) or the
-    workload-level hindsight oracle (one arm per workload); core.py fits them from the table.
+    workload-level hindsight oracle (one arm per workload); core.hindsight_traces computes the
+    same choices vectorised (tests/test_core.py checks that they agree).
     """
     name = "fixed"
 
