@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import keyword
 import os
 import re
 from collections import Counter
@@ -42,6 +43,8 @@ BENCH_FILES = {  # workload -> usual path under a data root
 }
 SPECBENCH_CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 COPYEDIT_LINES = 40  # lines per copy/edit chunk
+_RESERVED = set(keyword.kwlist) | {"self", "print", "return", "const", "function", "while", "static", "public",
+                                   "void", "char", "struct", "include", "define", "else", "true", "false", "null"}
 
 
 class WorkloadError(ValueError):
@@ -145,7 +148,7 @@ def _copyedit(path: Path) -> list[PromptItem]:
     items = []
     for i in range(0, len(lines), COPYEDIT_LINES):
         chunk = "\n".join(lines[i: i + COPYEDIT_LINES])
-        words = Counter(w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", chunk))
+        words = Counter(w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", chunk) if w not in _RESERVED)
         if not words:
             continue
         old = sorted(words.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]

@@ -651,9 +651,9 @@ def parse_spec(text: str) -> DrafterSpec:
     head, _, tail = rest.partition(":")
     if head in BUILTIN or head in _entry_points():
         return DrafterSpec(name, head, _settings(tail, where))
-    if "." in head and tail:  # module.path:Class[:settings]
+    if tail and all(part.isidentifier() for part in head.split(".")):  # module.path:Class[:settings]
         cls, _, tail2 = tail.partition(":")
-        if cls.isidentifier():
+        if cls.isidentifier():  # settings always hold "=", a class name never does
             return DrafterSpec(name, f"{head}:{cls}", _settings(tail2, where))
     raise HarnessError(f"{where}: unknown drafter kind {head!r}; known kinds: {', '.join(sorted(BUILTIN))}"
                        f"; entry points ({ENTRY_POINT_GROUP}): {sorted(_entry_points()) or 'none'}"
