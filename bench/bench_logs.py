@@ -3,8 +3,9 @@
 Targets (issue 2): >= 100k records/s and < 2 GB peak RSS. Each measurement runs in a fresh
 subprocess and reads its own peak RSS from /proc/self/status VmHWM (`ru_maxrss` would survive
 the fork+exec and report the parent's peak, e.g. that of writing the log).
-Side by side in the same run: the floor (gzip + orjson parse of every line, nothing kept),
-so the ratio says what validation and the table cost on this machine.
+Side by side in the same run, two floors: decompression alone, and decompression + orjson
+parse of every line (nothing kept); the ratios say what parsing, validation and the table
+cost on this machine, whatever its load.
 
     python bench/bench_logs.py [--records 1000000]      # the log is cached in bench/out/
 """
@@ -29,6 +30,12 @@ if mode == "load":
     from bandit.logs import load_logs
     t = load_logs([path])
     n = t.n_records
+elif mode == "gunzip":
+    import zlib
+    d, n = zlib.decompressobj(wbits=31), 0
+    with open(path, "rb") as f:
+        while raw := f.read(1 << 22):
+            n += d.decompress(raw).count(b"\n")
 elif mode == "parse":
     import gzip, orjson
     n = 0
@@ -64,13 +71,15 @@ def main() -> None:
         t0 = time.perf_counter()
         write_sim_run(cfg, run, compresslevel=1)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB gz) in {time.perf_counter() - t0:.1f} s")
+    gunzip = _measure(path, "gunzip")
     parse = _measure(path, "parse")
     load = _measure(path, "load")
-    for name, m in (("parse floor (gzip+orjson)", parse), ("load_logs", load)):
+    for name, m in (("gunzip floor", gunzip), ("parse floor (gzip+orjson)", parse), ("load_logs", load)):
         print(f"{name:28s} {m['records']:>9d} records  {m['seconds']:7.2f} s  "
               f"{m['records'] / m['seconds'] / 1e3:8.1f} k records/s  peak RSS {m['peak_rss_mb']:7.0f} MB")
     rate = load["records"] / load["seconds"]
-    print(f"load_logs / parse floor time ratio: {load['seconds'] / parse['seconds']:.2f}x")
+    print(f"time ratios: load_logs / parse floor {load['seconds'] / parse['seconds']:.2f}x, "
+          f"parse floor / gunzip floor {parse['seconds'] / gunzip['seconds']:.2f}x")
     print(f"target >= 100k records/s: {rate / 1e5:.2f}x of target ({'met' if rate >= 1e5 else 'MISSED'}); "
           f"target < 2 GB peak: {load['peak_rss_mb']:.0f} MB ({'met' if load['peak_rss_mb'] < 2048 else 'MISSED'})")
 
