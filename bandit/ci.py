@@ -43,7 +43,7 @@ import typer
 from scipy.special import ndtr, ndtri
 
 from bandit import __version__
-from bandit.logs import BlockTable
+from bandit.logs import BlockTable, _is_dense
 
 LEVEL = 0.95
 CHUNK_CELLS = 1 << 18  # count-matrix cells per chunk (resamples x clusters): bounds memory, amortises the loop
@@ -193,14 +193,15 @@ def resample_table(t: BlockTable, counts: np.ndarray, units: np.ndarray) -> Bloc
     reps = counts[units]
     idx = np.repeat(np.arange(t.n_records), reps)
     copy = np.concatenate([np.arange(r) for r in reps]) if idx.size else idx
-    # a cluster is (prompt, copy number); order rows by it so that `take`'s invariants (sorted by prompt, pos) hold
-    key = t.prompt[idx].astype(np.int64) * (int(reps.max(initial=1)) + 1) + copy
+    m = int(reps.max(initial=1)) + 1
+    # a cluster is (prompt, copy number); ordering rows by it keeps the table sorted by (workload, prompt, pos)
+    key = t.prompt[idx].astype(np.int64) * m + copy
     order = np.lexsort((t.pos[idx], key))
     idx, key = idx[order], key[order]
     uniq, new_prompt = np.unique(key, return_inverse=True)
+    names = tuple(f"{t.prompt_ids[int(k) // m]}#{int(k) % m}" for k in uniq)
     sub = t.take(idx)
-    names = tuple(f"{t.prompt_ids[int(k) // (int(reps.max(initial=1)) + 1)]}#{int(k) % (int(reps.max(initial=1)) + 1)}" for k in uniq)
-    return replace(sub, prompt=new_prompt.astype(np.int32), prompt_ids=names)
+    return replace(sub, prompt=new_prompt.astype(np.int32), prompt_ids=names, dense=_is_dense(new_prompt, sub.pos))
 
 
 def bootstrap_refit(t: BlockTable, stat: Callable[[BlockTable], float], unit: str = "prompt", n_resamples: int = 200,
@@ -337,9 +338,11 @@ def headline(t: BlockTable, unit: str = "prompt", method: str = "percentile", n_
 
 
 def code_version() -> str:
-    """Package version + git commit of the code (no dirty flag, no time: two runs of one commit agree)."""
+    """Package version + the last git commit that touched bandit/ (no dirty flag, no time: two runs of one commit
+    agree, and committing derived outputs under runs/ does not change it)."""
+    here = Path(__file__).resolve().parent
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+        head = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(here)], cwd=here, capture_output=True,
                               text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         head = ""

@@ -132,3 +132,26 @@ def test_disagreement_warning_and_bad_method():
         ci.interval(0.5, boot, None, "studentized", "prompt", 0)
     with pytest.raises(ValueError, match="unit"):
         ci._units(simulate_table(SimConfig(n_prompts=2, out_len=20)), "token")
+
+
+def test_resample_table_keeps_dense_copies_as_clusters(table):
+    units, strata = ci._units(table, "prompt")
+    counts = np.zeros(strata.size, int)
+    counts[[0, 3]] = [2, 1]
+    r = ci.resample_table(table, counts, units)
+    assert r.n_prompts == 3 and r.dense and r.n_records == (
+        2 * int((table.prompt == 0).sum()) + int((table.prompt == 3).sum()))
+    assert r.prompt_ids[0].endswith("#0") and r.prompt_ids[1].endswith("#1")
+
+
+def test_trajectory_gain_vectorised_equals_refit(table):
+    from bandit.replay import fixed_trajectory, trajectory_oracle
+
+    def gain(t):
+        p = int(np.argmax(t.blocks().accepted.sum(0)))
+        return fixed_trajectory(t, p).passes.sum() / trajectory_oracle(t).passes.sum() - 1
+
+    fast = ci.trajectory_stats(table, 30, 9, "percentile")[0].ci
+    slow = ci.bootstrap_refit(table, gain, "prompt", 30, 9)
+    assert fast.value == pytest.approx(gain(table))
+    assert (fast.lo, fast.hi) == pytest.approx((slow.lo, slow.hi), rel=1e-12)
