@@ -92,8 +92,14 @@ class BlockTable:
 
     @property
     def is_block_start(self) -> np.ndarray:
-        """(R,) bool: records that are block starts (all of them when no record has `block`)."""
-        return self.block >= 0 if self.has_block_flags else np.ones(self.n_records, bool)
+        """(R,) bool: block starts; every record of a prompt none of whose records has `block`.
+
+        Decided per prompt, so that pooling a flagged (sparse-trajectory) log with an unflagged
+        one keeps the unflagged one's records as blocks.
+        """
+        flagged = np.zeros(len(self.prompt_ids), bool)
+        flagged[self.prompt[self.block >= 0]] = True
+        return (self.block >= 0) | ~flagged[self.prompt]
 
     @property
     def n_prompts(self) -> int:

@@ -275,3 +275,17 @@ def test_clean_logs_take_the_bulk_path(tmp_path, monkeypatch):
     t = load_logs([path])
     np.testing.assert_array_equal(t.accepted, ref.accepted)
     np.testing.assert_array_equal(t.features, ref.features)
+
+
+def test_block_starts_decided_per_prompt_when_pooling_flagged_and_unflagged(tmp_path):
+    """A sparse (flagged) log pooled with a dense unflagged one: the unflagged prompts keep every record."""
+    def rec(pid, pos, **kw):
+        return {"v": 1, "workload": "w", "prompt_id": pid, "pos": pos, **kw,
+                "drafts": {"x": {"tokens": [1], "accepted": 1, "conf": [0.5], "entropy": [0.1]}}}
+    (tmp_path / "blocks_a.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        rec("flagged", 0, block=0), rec("flagged", 1), rec("flagged", 2, block=1)]) + "\n")
+    (tmp_path / "blocks_b.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        rec("plain", 0), rec("plain", 1), rec("plain", 2)]) + "\n")
+    t = load_logs([tmp_path])
+    starts = {(t.prompt_ids[p], int(q)) for p, q, s in zip(t.prompt, t.pos, t.is_block_start) if s}
+    assert starts == {("w/flagged", 0), ("w/flagged", 2), ("w/plain", 0), ("w/plain", 1), ("w/plain", 2)}
