@@ -14,6 +14,7 @@ $SPECBANDIT_MODELS. Benchmark workloads for GPU hosts: see workloads.py.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -31,6 +32,7 @@ DEFAULT_PROMPTS_PER_WORKLOAD = 12  # prompts per workload in `python sweep.py`: 
 DEFAULT_MAX_NEW_TOKENS = 128  # output tokens per prompt
 DEFAULT_K = 8
 DEFAULT_CALIBRATION_PROMPTS = 2  # prompts each drafter decodes live for the timing calibration
+DEFAULT_GENERATOR = "ngram"  # dense: the target's output comes from speculative decoding with it (exact)
 DEFAULT_TARGET = "zoo/target"
 DEFAULT_DRAFTERS = ["ngram=ngram", "suffix=suffix", "draft=draft:path=zoo/draft", "medusa=medusa:path=zoo/medusa",
                     "eagle=eagle:path=zoo/eagle", "cascade=cascade:of=draft+ngram"]
@@ -98,6 +100,8 @@ def main(
     device: str = typer.Option("cpu", help="cpu | cuda"),
     dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16"),
     behaviour: Optional[str] = typer.Option(None, help="sparse: the drafter whose draft advances the output"),
+    generator: Optional[str] = typer.Option(None, help="dense: make the target's output by speculative decoding "
+                                            "with this drafter (identical output, fewer target passes)"),
     policy: Optional[str] = typer.Option(None, help="live: module.path:Class[:k=v] choosing a drafter per block"),
     calibrate: int = typer.Option(0, help="prompts per drafter in a live timing-calibration phase after the sweep"),
     threads: int = typer.Option(0, help="torch CPU threads (0: 1 on cpu, where small models lose more to "
@@ -113,16 +117,19 @@ def main(
                  + "\n  ".join(missing) + "\nmake them with:  python -m zoo.train all\n"
                  "or give your own --target DIR --drafter ... --workloads ...")
         target = str(REPO / DEFAULT_TARGET)
-        drafter = drafter or [s.replace("path=zoo/", f"path={REPO}/zoo/") for s in DEFAULT_DRAFTERS]
-        workloads = workloads or ",".join(DEFAULT_WORKLOADS)
+        if not drafter:
+            drafter = [s.replace("path=zoo/", f"path={REPO}/zoo/") for s in DEFAULT_DRAFTERS]
+            generator = generator or DEFAULT_GENERATOR
+        if not workload_file:
+            workloads = workloads or ",".join(DEFAULT_WORKLOADS)
         limit = limit if limit is not None else DEFAULT_PROMPTS_PER_WORKLOAD
         calibrate = calibrate or DEFAULT_CALIBRATION_PROMPTS
-        out = out or f"runs/zoo-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+        out = out or str(REPO / "runs" / f"zoo-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
     try:
         run_sweep(target=target, drafter=drafter, workloads=workloads, workload_file=workload_file,
                   workload_path=_kv_list(workload_path, "--workload-path"), data=data, models=models, mode=mode,
                   k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, out=out, resume=resume,
-                  limit=limit, device=device, dtype=dtype, behaviour=behaviour, policy=policy,
+                  limit=limit, device=device, dtype=dtype, behaviour=behaviour, generator=generator, policy=policy,
                   calibrate=calibrate, threads=threads)
     except (HarnessError, WorkloadError) as e:
         fail(str(e))
@@ -130,7 +137,8 @@ def main(
 
 def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_path=None, data=None, models=None,
               mode="dense", k=8, max_new_tokens=128, temperature=0.0, seed=0, out=None, resume=False, limit=None,
-              device="cpu", dtype="float32", behaviour=None, policy=None, calibrate=0, threads=0, quiet=False):
+              device="cpu", dtype="float32", behaviour=None, generator=None, policy=None, calibrate=0, threads=0,
+              quiet=False):
     """Validate everything, then run. Returns the run directory."""
     import torch
     from tqdm import tqdm
@@ -147,7 +155,7 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
     if not drafter:
         raise lm.HarnessError("no drafters: give at least one --drafter NAME=KIND[:key=value,...]")
     specs = [parse_spec(s) for s in drafter]
-    cfg = RunConfig(mode, k, max_new_tokens, temperature, seed, behaviour)
+    cfg = RunConfig(mode, k, max_new_tokens, temperature, seed, behaviour, generator)
     cfg.check([s.name for s in specs])
     if policy and mode != "live":
         raise lm.HarnessError("--policy applies to --mode live only")
@@ -189,7 +197,8 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
         d = drafters[s.name]
         info = getattr(d, "info", lambda: {"settings": s.settings, "sha256": None})()
         dinfo[s.name] = {"kind": s.kind, "settings": info.get("settings", s.settings), "sha256": info.get("sha256")}
-    manifest = make_manifest(run_dir.name, mode, {"name": tname, "path": str(target), "sha256": lm.weights_sha256(target_dir)},
+    shown = os.path.relpath(target_dir, REPO) if target_dir.resolve().is_relative_to(REPO) else str(target)
+    manifest = make_manifest(run_dir.name, mode, {"name": tname, "path": shown, "sha256": lm.weights_sha256(target_dir)},
                              dinfo, k, temperature, seed, wl_names, device)
     rd = RunDir(run_dir, manifest, resume)
 

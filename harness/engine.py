@@ -14,6 +14,7 @@ block never overruns the budget and the three modes see the same prefixes and dr
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,7 @@ from .sampling import expected_accepted, prompt_key
 from .target import Target, now_ms
 
 MODES = ("dense", "sparse", "live")
+LOOKUP_KINDS = ("ngram", "suffix")  # drafters whose draft a policy may see before choosing
 
 
 @dataclass
@@ -36,6 +38,7 @@ class RunConfig:
     temperature: float = 0.0  # 0 = greedy; > 0: Gumbel-max coupled sampling
     seed: int = 0  # keys all sampling noise
     behaviour: str | None = None  # sparse: whose draft advances the output (default: the first drafter)
+    generator: str | None = None  # dense: make y by speculative decoding with this drafter (same y, fewer passes)
 
     def check(self, drafters: list[str]) -> None:
         if self.mode not in MODES:
@@ -50,6 +53,8 @@ class RunConfig:
             raise HarnessError(f"--temperature {self.temperature}: must be >= 0")
         if self.behaviour is not None and self.behaviour not in drafters:
             raise HarnessError(f"--behaviour {self.behaviour!r}: not among the drafters {drafters}")
+        if self.generator is not None and self.generator not in drafters:
+            raise HarnessError(f"--generator {self.generator!r}: not among the drafters {drafters}")
 
 
 @dataclass
@@ -60,6 +65,7 @@ class PolicyCtx:
     pos: int
     prev_accepted: np.ndarray  # (D,)
     prev_features: np.ndarray  # (D, 4): conf_mean, conf_min, conf_first, ent_mean
+    draft_len: np.ndarray  # (D,) lookup drafters: their actual draft length here; others: the length asked
 
 
 def draft_features(d: Draft) -> tuple[float, float, float, float]:
@@ -96,6 +102,7 @@ class PromptResult:
     records: list[dict]
     output: list[int]
     timings: dict = field(default_factory=dict)  # live/sparse: raw wall times for calibration
+    state: tuple | None = None  # sparse/live: (target features of ids[:-1], cache over ids[:-1])
 
 
 class Engine:
@@ -109,8 +116,12 @@ class Engine:
         if cfg.mode == "live" and policy is None and len(drafters) != 1:
             raise HarnessError(f"--mode live runs one drafter, or a --policy choosing among several; "
                                f"got {len(drafters)} drafters and no policy")
-        if policy is not None:
-            policy.reset(self.names, self.workloads)
+        if policy is not None:  # bandit/replay.py's protocol passes timing; a minimal policy may not take it
+            params = inspect.signature(policy.reset).parameters
+            if len(params) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params.values()):
+                policy.reset(self.names, self.workloads, {"k": cfg.k})
+            else:
+                policy.reset(self.names, self.workloads)
 
     def ks(self, n_out: int) -> list[int]:
         return [min(self.cfg.k, self.cfg.max_new_tokens - 1 - p) for p in range(n_out)]
@@ -146,7 +157,12 @@ class Engine:
     def _dense(self, wl, pid, prompt, pkey) -> PromptResult:
         cfg, T = self.cfg, self.cfg.temperature
         t0 = now_ms(self.dev)
-        y, feats, cache = self.target.generate(prompt, cfg.max_new_tokens, pkey)
+        if cfg.generator is None:
+            y, feats, cache = self.target.generate(prompt, cfg.max_new_tokens, pkey)
+        else:  # exact under greedy and under coupled sampling: the same y in fewer target passes
+            gen = self._trajectory(wl, pid, prompt, pkey, only=cfg.generator)
+            y, feats, cache = gen.output, gen.state[0], gen.state[1]
+            self._start(wl, pid)  # the generator drafter starts the prompt afresh for its dense drafts
         timings = {"generate_ms": now_ms(self.dev) - t0, "tokens": len(y)}
         seq = Sequence(prompt + y, len(prompt), feats, pkey, T, self.ks(len(y)))
         done: dict[str, list[Draft]] = {}
@@ -175,19 +191,23 @@ class Engine:
         return PromptResult(recs, y, timings)
 
     # ----------------------------------------------------------------- sparse and live
-    def _order(self, ctx: PolicyCtx | None) -> list[str]:
-        """Which drafters draft this block; the first one's draft advances the output."""
+    def _order(self, ctx: PolicyCtx | None) -> tuple[list[str], int | None]:
+        """Which drafters draft this block (the first one's draft advances the output), and
+        the policy's cut length for it (None: no cut)."""
         if self.cfg.mode == "sparse":
             b = self.cfg.behaviour or self.names[0]
-            return [b] + [n for n in self.names if n != b]
+            return [b] + [n for n in self.names if n != b], None
         if self.policy is None:
-            return self.names[:1]
-        i = int(self.policy.choose(ctx))
+            return self.names[:1], None
+        choice = self.policy.choose(ctx)
+        i, cut = (choice if isinstance(choice, tuple) else (choice, None))
+        i = int(i)
         if not 0 <= i < len(self.names):
-            raise HarnessError(f"policy.choose returned {i}, not an index into {self.names}")
-        return [self.names[i]]
+            raise HarnessError(f"policy.choose returned {choice}, not an index into {self.names}")
+        return [self.names[i]], (None if cut is None else max(0, int(cut)))
 
-    def _trajectory(self, wl, pid, prompt, pkey) -> PromptResult:
+    def _trajectory(self, wl, pid, prompt, pkey, only: str | None = None) -> PromptResult:
+        """Sparse and live decoding; `only`: live with that drafter, no policy (dense's generator)."""
         cfg, T, dev = self.cfg, self.cfg.temperature, self.dev
         tgt = self.target
         H = tgt.model.get_output_embeddings().weight.shape[1]
@@ -205,14 +225,29 @@ class Engine:
         while len(y) < cfg.max_new_tokens:
             pos = len(y)
             k = min(cfg.k, cfg.max_new_tokens - 1 - pos)
-            ctx = PolicyCtx(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy())
-            order = self._order(ctx)
             pre = Prefix(ids, len(prompt), fbuf, pkey, T)
             drafts, ms = {}, {}
+            dlen = np.full(D, float(k))
+            if self.policy is not None and not only:  # lookup drafts are cheap and known before choosing
+                for i, n in enumerate(self.names):
+                    kind = getattr(self.drafters[n], "kind", "")
+                    if kind in LOOKUP_KINDS and k > 0:
+                        t0 = now_ms(dev)
+                        drafts[n] = self.drafters[n].draft(pre, k)
+                        ms[n] = now_ms(dev) - t0
+                        dlen[i] = len(drafts[n].tokens)
+                    elif kind == "medusa":
+                        dlen[i] = min(k, self.drafters[n].heads.cfg.num_heads)
+            ctx = PolicyCtx(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy(), dlen)
+            order, cut = ([only], None) if only else self._order(ctx)
             for n in order:
-                t0 = now_ms(dev)
-                drafts[n] = self.drafters[n].draft(pre, k) if k > 0 else Draft.empty()
-                ms[n] = now_ms(dev) - t0
+                if n not in drafts:
+                    t0 = now_ms(dev)
+                    drafts[n] = self.drafters[n].draft(pre, k) if k > 0 else Draft.empty()
+                    ms[n] = now_ms(dev) - t0
+                if cut is not None and cut < len(drafts[n].tokens):
+                    d = drafts[n]
+                    drafts[n] = Draft(d.tokens[:cut], d.conf[:cut], d.entropy[:cut], None if d.q is None else d.q[:cut])
                 if len(drafts[n].tokens) > k:
                     raise HarnessError(f"drafter {n}: drafted {len(drafts[n].tokens)} tokens, asked for <= {k}")
                 timings["draft"][n].append(ms[n])
@@ -245,7 +280,7 @@ class Engine:
                 prev_feat[i] = draft_features(d)
             rec["target_ms"] = _r(target_ms, 3)
             recs.append(rec)
-            if self.policy is not None:
+            if self.policy is not None and not only:
                 self.policy.update(ctx, self.names.index(order[0]), acc, obs)
             prev_acc = acc
             prev_feat = np.where(obs[:, None], prev_feat, np.nan)
@@ -256,4 +291,5 @@ class Engine:
         # Records in the dict order of self.names for byte-stable output
         for r in recs:
             r["drafts"] = {n: r["drafts"][n] for n in self.names if n in r["drafts"]}
-        return PromptResult(recs, y, timings)
+        lm.crop(cache, len(ids) - 1)  # an accepted EOS left its own key in: cover ids[:-1] exactly
+        return PromptResult(recs, y, timings, (fbuf[: len(ids) - 1], cache))

@@ -61,8 +61,10 @@ def load_lm(path: Path, device: str = "cpu", dtype: str = "float32"):
     from transformers import AutoModelForCausalLM
     if dtype not in DTYPES:
         raise HarnessError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    import transformers
+    dkw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"  # renamed in 5.x
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, use_safetensors=True,
-                                                 trust_remote_code=False, dtype=DTYPES[dtype])
+                                                 trust_remote_code=False, **{dkw: DTYPES[dtype]})
     return model.to(device).eval()
 
 

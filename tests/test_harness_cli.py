@@ -132,3 +132,29 @@ def test_live_mode_run(zoo, tmp_path):
     assert m["mode"] == "live" and m["timing"]["drafter_ms"]["d"] > 0
     code, text = _cli(_base(zoo, tmp_path / "live2", "--mode", "live"))
     assert code == 2 and "one drafter" in text
+
+
+def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
+    """`python sweep.py` with no model flags: the zoo layout, every default drafter, a live
+    calibration phase, logs that load. Here the zoo is a tiny stand-in under a fake repo."""
+    import shutil
+
+    import workloads
+    repo = tmp_path / "repo"
+    for name in ("target", "draft", "medusa", "eagle"):
+        shutil.copytree(zoo["root"] / name, repo / "zoo" / name)
+    (repo / "zoo/workloads").mkdir(parents=True)
+    for w in sweep.DEFAULT_WORKLOADS:
+        write_workload_file(repo / "zoo/workloads" / f"{w}.jsonl", [(w, f"{w}1", f"{w}: abc abc abc")])
+    monkeypatch.setattr(sweep, "REPO", repo)
+    monkeypatch.setattr(workloads, "ZOO_WORKLOADS", repo / "zoo/workloads")
+    monkeypatch.setattr(sweep, "DEFAULT_CALIBRATION_PROMPTS", 1)
+    code, text = _cli(["--max-new-tokens", "12"])
+    assert code == 0, text
+    (run,) = (repo / "runs").iterdir()
+    assert run.name.startswith("zoo-") and f"python bandit/replay.py {run}" in text
+    table = load_logs([run])
+    assert set(table.drafters) == {s.split("=")[0] for s in sweep.DEFAULT_DRAFTERS}
+    assert table.workloads == tuple(sorted(sweep.DEFAULT_WORKLOADS)) and table.dense
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["target"]["path"] == "zoo/target" and m["k"] == sweep.DEFAULT_K and "timing" in m

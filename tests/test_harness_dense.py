@@ -111,3 +111,22 @@ def test_expected_accepted_definition():
     assert expected_accepted([0.5, 1.0, 0.2], [1.0, 1.0, 1.0]) == pytest.approx(0.5 + 0.5 + 0.1)
     assert expected_accepted([0.3, 0.9], [0.6, 0.3]) == pytest.approx(0.5 + 0.5 * 1.0)
     assert expected_accepted([0.0, 1.0], [1.0, 1.0]) == 0.0
+
+
+@pytest.mark.parametrize("T", [0.0, 0.8])
+def test_dense_generator_gives_the_same_logs(zoo, T):
+    """y made by speculative decoding (generator=ngram) instead of token by token: same
+    output, same drafts, same acceptance; features differ only by float summation order."""
+    runs = {}
+    for gen in (None, "ngram"):
+        eng = Engine(Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T),
+                     RunConfig("dense", K, MAX_NEW, T, generator=gen))
+        runs[gen] = [eng.run_prompt(*p) for p in _prompts(zoo, 3)]
+    for a, b in zip(runs[None], runs["ngram"]):
+        assert a.output == b.output
+        for ra, rb in zip(a.records, b.records):
+            for n in ra["drafts"]:
+                x, y = ra["drafts"][n], rb["drafts"][n]
+                assert (x["tokens"], x["accepted"]) == (y["tokens"], y["accepted"]), n
+                assert x["conf"] == pytest.approx(y["conf"], abs=1e-4)
+                assert x["expected_accepted"] == pytest.approx(y["expected_accepted"], abs=1e-4)

@@ -110,3 +110,34 @@ def test_sampled_output_is_drafter_invariant(zoo):
     other = Engine(Target(zoo["model"], zoo["tok"], temperature=T), {"ngram": drafters["ngram"]},
                    RunConfig("live", 4, MAX_NEW, T, seed=1)).run_prompt("w", "p", prompt).output
     assert other != ref
+
+
+def test_live_with_bandit_policies(zoo):
+    """The policies of bandit/policies.py run in the loop unchanged (their reset takes timing,
+    choose may return (drafter, cut length), ctx.draft_len is read)."""
+    policies = pytest.importorskip("bandit.policies")
+    if zoo["arch"] != "llama":
+        pytest.skip("one family suffices")
+    prompt = zoo["tok"](PROMPTS[3][2]).input_ids
+    ref = zoo["model"].generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False,
+                                min_new_tokens=MAX_NEW)[0, len(prompt):].tolist()
+    for pol in [policies.Random(random_state=0), CutOne()]:
+        eng = Engine(Target(zoo["model"], zoo["tok"]), _drafters(zoo), RunConfig("live", 4, MAX_NEW), pol, ["w"])
+        res = eng.run_prompt("w", "p", prompt)
+        assert res.output == ref
+        assert all(len(r["drafts"]) == 1 for r in res.records)
+        if isinstance(pol, CutOne):
+            assert all(len(d["tokens"]) <= 1 for r in res.records for d in r["drafts"].values())
+            assert pol.lens and all(len(x) == len(eng.names) for x in pol.lens)
+
+
+class CutOne(RoundRobin):
+    """Chooses ngram with a cut of one token; records ctx.draft_len."""
+
+    def reset(self, drafters, workloads, timing=None):
+        super().reset(drafters, workloads)
+        self.lens, self.k = [], (timing or {}).get("k")
+
+    def choose(self, ctx):
+        self.lens.append(ctx.draft_len.copy())
+        return (0, 1)
