@@ -205,6 +205,12 @@ def plot(r: BreakevenReport, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rho = np.linspace(0.0, 0.4, 81)
+    rows = ["alpha,rho,best_of_n,selector"]   # the plotted curves, as data
+    for alpha in PLOT_ALPHAS:
+        bon = speedup_equal(r.bon_gain, 1.0, r.K, rho, alpha)
+        sel = speedup_equal(r.gain, r.redraft_rate, r.K, rho, alpha)
+        rows += [f"{alpha:g},{x:.3f},{b:.6f},{s:.6f}" for x, b, s in zip(rho, bon, sel)]
+    path.with_suffix(".csv").write_text("\n".join(rows) + "\n")
     fig, ax = plt.subplots(figsize=(6, 4))
     for alpha, ls in zip(PLOT_ALPHAS, ("-", "--")):
         ax.plot(rho, speedup_equal(r.bon_gain, 1.0, r.K, rho, alpha), ls=ls, color="C0", label=f"best-of-N, alpha {alpha}")
@@ -259,7 +265,7 @@ def main(paths: Sequence[Path] = (), out: Path = Path("runs/breakeven.txt"), cri
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     plot(r, out.with_suffix(".png"))
-    return (said + "\n" if said else "") + text + f"wrote {out} and {out.with_suffix('.png')}\n"
+    return (said + "\n" if said else "") + text + f"wrote {out}, {out.with_suffix('.png')} and {out.with_suffix('.csv')}\n"
 
 
 if __name__ == "__main__":

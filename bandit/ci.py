@@ -33,7 +33,6 @@ if __package__ in (None, ""):  # run as `python bandit/ci.py`: import our `bandi
 
 import json
 import subprocess
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Callable, Iterator, Optional, Sequence
