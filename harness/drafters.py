@@ -218,12 +218,16 @@ class SuffixDrafter(Drafter):
         self.seqs: list[list[int]] = []  # corpus: earlier outputs, then the current sequence last
         self.index: dict[tuple, list[tuple[int, int]]] = {}  # pattern -> [(seq, end index)]
         self._cur: list[int] | None = None  # the current prompt's sequence (indexed part)
+        self._cur_keys: set = set()  # patterns the current sequence added: what un-indexing visits
 
-    def _add(self, s: int, seq: list[int], lo: int, hi: int) -> None:
+    def _add(self, s: int, seq: list[int], lo: int, hi: int, keys: set | None = None) -> None:
         """Index pattern ends e in [lo, hi) of seqs[s] (each needs a continuation at e+1)."""
         for e in range(lo, hi):
             for m in range(1, min(self.max_depth, e + 1) + 1):
-                self.index.setdefault(tuple(seq[e - m + 1: e + 1]), []).append((s, e))
+                key = tuple(seq[e - m + 1: e + 1])
+                self.index.setdefault(key, []).append((s, e))
+                if keys is not None:
+                    keys.add(key)
 
     def start(self, workload, prompt_id):
         self._drop_current()
@@ -231,14 +235,14 @@ class SuffixDrafter(Drafter):
     def _drop_current(self):
         if self._cur is not None:  # un-index the current sequence (it is the last one)
             s = len(self.seqs) - 1
-            for key in list(self.index):
+            for key in self._cur_keys:
                 occ = [o for o in self.index[key] if o[0] != s]
                 if occ:
                     self.index[key] = occ
                 else:
                     del self.index[key]
             self.seqs.pop()
-        self._cur = None
+        self._cur, self._cur_keys = None, set()
 
     def finish(self, output):
         self._drop_current()
@@ -255,7 +259,7 @@ class SuffixDrafter(Drafter):
             cur = []
         s = len(self.seqs) - 1
         self.seqs[s] = list(ids)
-        self._add(s, self.seqs[s], max(0, len(cur) - 1), len(ids) - 1)
+        self._add(s, self.seqs[s], max(0, len(cur) - 1), len(ids) - 1, self._cur_keys)
         self._cur = list(ids)
 
     def draft(self, pre: Prefix, k: int) -> Draft:
