@@ -65,6 +65,9 @@ def load_lm(path: Path, device: str = "cpu", dtype: str = "float32"):
     dkw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"  # renamed in 5.x
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, use_safetensors=True,
                                                  trust_remote_code=False, **{dkw: DTYPES[dtype]})
+    if getattr(model, "_supports_cache_class", True) is False:  # 4.x families still on tuple caches
+        raise HarnessError(f"{path}: {type(model).__name__} in transformers {transformers.__version__} has no "
+                           "Cache-class support (needed for cropping and tree masks); use transformers >= 5")
     return model.to(device).eval()
 
 
