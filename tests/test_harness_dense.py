@@ -89,10 +89,12 @@ def test_batched_verification_equals_separate(zoo):
     assert [b.accepted for b in batched] == [5, 2, batched[2].accepted, 0, 3]
 
 
-def test_sparse_mode(zoo):
-    drafters = _drafters(zoo)
-    eng = Engine(Target(zoo["model"], zoo["tok"]), drafters, RunConfig("sparse", K, MAX_NEW, behaviour="ngram"))
-    dense = Engine(Target(zoo["model"], zoo["tok"]), _drafters(zoo), RunConfig("dense", K, MAX_NEW))
+@pytest.mark.parametrize("T", [0.0, 0.8])
+def test_sparse_mode(zoo, T):
+    drafters = _drafters(zoo, T)
+    eng = Engine(Target(zoo["model"], zoo["tok"], temperature=T), drafters,
+                 RunConfig("sparse", K, MAX_NEW, T, behaviour="ngram"))
+    dense = Engine(Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T), RunConfig("dense", K, MAX_NEW, T))
     for p in _prompts(zoo)[:2]:
         sr, dr = eng.run_prompt(*p), dense.run_prompt(*p)
         assert sr.output == dr.output
@@ -102,6 +104,8 @@ def test_sparse_mode(zoo):
             for n, d in r["drafts"].items():
                 assert d["tokens"] == dr.records[r["pos"]]["drafts"][n]["tokens"]
                 assert d["accepted"] == dr.records[r["pos"]]["drafts"][n]["accepted"]
+                assert d["expected_accepted"] == pytest.approx(dr.records[r["pos"]]["drafts"][n]["expected_accepted"],
+                                                               abs=1e-4)
         nxt = [r["pos"] + r["drafts"]["ngram"]["accepted"] + 1 for r in sr.records]
         assert [r["pos"] for r in sr.records[1:]] == nxt[:-1]  # the behaviour drafter advances
 
