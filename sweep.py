@@ -1,6 +1,7 @@
 """Collection campaign: every drafter drafts from the identical prefix, the target verifies,
 one schema-v1 JSON line per block goes to runs/<run>/ (see DESIGN.md, docs/manifest.md).
 
+\b
     python sweep.py                     # the embedded CPU default on the zoo models
     python sweep.py --target DIR --drafter NAME=KIND[:key=value,...] ... \\
         --workloads code,math | --workload-file FILE  --mode dense|sparse|live \\
@@ -79,7 +80,7 @@ def _missing_zoo() -> list[str]:
     return [f for f in ZOO_FILES if not (REPO / f).is_file()]
 
 
-@app.command()
+@app.command(help=__doc__)
 def main(
     target: Optional[str] = typer.Option(None, help="target model dir or name under the models root "
                                          "(omit for the embedded zoo default)"),
