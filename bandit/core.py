@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as `python bandit/core.py`: import our `ban
 import json
 import math
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Optional, Sequence
 
@@ -36,13 +36,12 @@ from bandit.ci import Interval, bootstrap_ratio
 from bandit.logs import BlockTable, LogError, default_inputs, load_logs
 from bandit.policies import (EXP3, UCB1, Fixed, Hedge, HedgeCtx, LinUCB, NormalHedge, Random,  # noqa: F401
                              SpecSelect, StepTime, ThompsonCtx, make_policies)
-from bandit.replay import Context, trajectory_oracle
+from bandit.replay import LOOKUP_KINDS, Context, block_rows, policy_timing, trajectory_oracle, walk  # noqa: F401
 from bandit.simulate import (SimConfig, simulate, simulate_table, true_mean_accepted,  # noqa: F401
                              write_sim_run)
 
 CALIBRATION = Path(__file__).with_name("calibration_assumed.toml")
 BASELINES = ("best_fixed", "workload_oracle", "per_block_oracle")
-LOOKUP_KINDS = ("ngram", "lookup", "prompt_lookup", "copy", "suffix")
 
 
 def tag(label: str) -> str:
@@ -62,88 +61,14 @@ class Trace:
     full_information: bool = False
 
 
-def run_timing(t: BlockTable) -> dict:
-    """The manifest's timing plus what policies need to know: k, and which drafters are lookups."""
-    m = t.manifests[0] if t.manifests else {}
-    timing = dict(m.get("timing") or {})
-    timing["k"] = int(m.get("k") or max(int(t.draft_len.max()), 1))
-    kinds = {d: str((s or {}).get("kind", "")).lower() for d, s in (m.get("drafters") or {}).items()}
-    timing["lookup"] = [d for d in t.drafters
-                        if any(k in kinds.get(d, "") or k in d.lower() for k in LOOKUP_KINDS)]
-    return timing
-
-
-def _block_rows(t: BlockTable) -> list[np.ndarray]:
-    """Block-start rows of each prompt, ascending positions."""
-    rows = np.flatnonzero(t.is_block_start)
-    return np.split(rows, np.searchsorted(t.prompt[rows], np.arange(1, t.n_prompts)))
+run_timing = policy_timing  # what policies get at reset: manifest timing, k, lookup drafters
 
 
 def run_policy(t: BlockTable, policy, mode: str = "block", prompt_order: np.ndarray | None = None,
                timing: dict | None = None) -> Trace:
-    """Replay `policy` over `t`: the same feedback model as replay.block_replay / trajectory_replay.
-
-    A tighter loop than replay.py's (per-row arrays converted once, observation arrays reused),
-    so that all policies replay 100k blocks within the bench's budget; tests/test_core.py checks
-    it against replay.py choice for choice. A bandit policy sees the chosen drafter's acceptance
-    and features only; a cut draft reveals min(accepted, L).
-    """
-    if mode not in ("block", "trajectory"):
-        raise ValueError(f"mode must be 'block' or 'trajectory', got {mode!r}")
-    if mode == "trajectory" and not t.dense:
-        raise ValueError("trajectory mode needs a dense log (a record at every position of every prompt)")
-    D = len(t.drafters)
-    policy.reset(t.drafters, t.workloads, run_timing(t) if timing is None else timing)
-    full = bool(policy.full_information)
-    A, F, DL = t.accepted.astype(float), t.features, t.draft_len
-    wl, pos_of = t.workload.tolist(), t.pos.tolist()
-    nanD, nanF, all_obs = np.full(D, np.nan), np.full((D, 4), np.nan), np.ones(D, bool)
-    one_obs = np.eye(D, dtype=bool)
-    order = np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)
-    if mode == "block":
-        per_prompt = _block_rows(t)
-    else:
-        starts = np.searchsorted(t.prompt, np.arange(t.n_prompts)).tolist()
-        ends = np.searchsorted(t.prompt, np.arange(t.n_prompts), side="right").tolist()
-    rows, chosen, cuts, rewards = [], [], [], []
-    choose, update = policy.choose, policy.update
-    for p in order.tolist():
-        prev_a, prev_f = nanD, nanF
-        if mode == "block":
-            it = per_prompt[p].tolist()
-        else:
-            it, r, end = [], starts[p], ends[p]
-        i = 0
-        while True:
-            if mode == "block":
-                if i == len(it):
-                    break
-                r = it[i]
-                i += 1
-            elif r >= end:
-                break
-            ctx = Context(wl[r], p, pos_of[r], prev_a, prev_f, DL[r])
-            c = choose(ctx)
-            d, cut = (int(c[0]), int(c[1])) if type(c) is tuple else (int(c), -1)
-            a_row = A[r]
-            rew = a_row[d] if cut < 0 or a_row[d] <= cut else float(cut)
-            if full:
-                acc = a_row
-                if rew != a_row[d]:
-                    acc = a_row.copy()
-                    acc[d] = rew
-                obs, feats = all_obs, F[r]
-            else:
-                acc, feats = nanD.copy(), nanF.copy()
-                acc[d], feats[d] = rew, F[r, d]
-                obs = one_obs[d]
-            update(ctx, d, acc, obs)
-            prev_a, prev_f = acc, feats
-            rows.append(r); chosen.append(d); cuts.append(cut); rewards.append(rew)
-            if mode == "trajectory":
-                r += int(rew) + 1
-    return Trace(policy.name, np.asarray(rows, np.int64), np.asarray(chosen, np.int64),
-                 np.asarray(cuts, np.int64), np.asarray(rewards, float), full)
+    """Replay `policy` over `t` through `replay.walk` (the one loop, and its feedback model)."""
+    rows, chosen, cut, reward = walk(t, policy, mode, prompt_order, timing)
+    return Trace(policy.name, rows, chosen, cut, reward, bool(policy.full_information))
 
 
 def hindsight_traces(t: BlockTable, mode: str) -> dict[str, Trace]:
@@ -222,7 +147,7 @@ def regret_curve(t: BlockTable, policy, order: np.ndarray | None = None,
     fixed drafter in hindsight on the prefix against the policy's expected reward (its sampling
     noise removed, so the slope measures learning, not luck). Sublinear regret: slope < 1.
     """
-    rows = np.concatenate([b for b in (_block_rows(t)[p] for p in (range(t.n_prompts) if order is None else order))])
+    rows = np.concatenate([b for b in (block_rows(t)[p] for p in (range(t.n_prompts) if order is None else order))])
     A = t.accepted[rows].astype(float)
     policy.reset(t.drafters, t.workloads, run_timing(t))
     D, allobs = len(t.drafters), np.ones(len(t.drafters), bool)
@@ -275,7 +200,7 @@ def multi_sequence_replay(t: BlockTable, policy: SpecSelect | None, n_seq: int =
     A = t.accepted.astype(float)
     order = (np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)).tolist()
     if mode == "block":
-        seqs = [r.tolist() for r in _block_rows(t)]
+        seqs = [r.tolist() for r in block_rows(t)]
     elif t.dense:
         seqs = None
         starts = np.searchsorted(t.prompt, np.arange(t.n_prompts)).tolist()

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-LOOKUP_KINDS = ("ngram", "lookup", "prompt_lookup", "copy", "suffix")
+from bandit.replay import LOOKUP_KINDS
 
 
 class _Policy:

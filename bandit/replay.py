@@ -227,8 +227,18 @@ class TrajectoryResult:
         return float(self.tokens.sum() / self.passes.sum())
 
 
-def _timing(t: BlockTable) -> dict | None:
-    return next((m["timing"] for m in t.manifests if m.get("timing")), None)
+LOOKUP_KINDS = ("ngram", "lookup", "prompt_lookup", "copy", "suffix")  # drafters whose draft is known before choosing
+
+
+def policy_timing(t: BlockTable) -> dict:
+    """What `Policy.reset` gets: the manifest's timing, plus `k` and which drafters are lookups."""
+    m = t.manifests[0] if t.manifests else {}
+    timing = dict(m.get("timing") or {})
+    timing["k"] = int(m.get("k") or max(int(t.draft_len.max()), 1))
+    kinds = {d: str((s or {}).get("kind", "")).lower() for d, s in (m.get("drafters") or {}).items()}
+    timing["lookup"] = [d for d in t.drafters
+                        if any(k in kinds.get(d, "") or k in d.lower() for k in LOOKUP_KINDS)]
+    return timing
 
 
 def _prompt_rows(t: BlockTable) -> tuple[np.ndarray, np.ndarray]:
@@ -238,24 +248,72 @@ def _prompt_rows(t: BlockTable) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends - starts
 
 
-def _decode(choice) -> tuple[int, int]:
-    if isinstance(choice, tuple):
-        return int(choice[0]), int(choice[1])
-    return int(choice), -1
+def block_rows(t: BlockTable) -> list[np.ndarray]:
+    """Block-start rows of each prompt (P arrays), ascending positions."""
+    rows = np.flatnonzero(t.is_block_start)
+    return np.split(rows, np.searchsorted(t.prompt[rows], np.arange(1, t.n_prompts)))
 
 
-def _observe(t: BlockTable, r: int, d: int, cut: int, full: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """(accepted (D,), features (D,4), observed (D,), reward) as the feedback model reveals them.
+def walk(t: BlockTable, policy: Policy, mode: str = "block", prompt_order: np.ndarray | None = None,
+         timing: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Run `policy` over `t`; (rows, chosen, cut, reward), each (B,), one entry per block it met, in order.
 
-    A cut draft only reveals min(a, L) (the target never saw the rest)."""
+    mode "block": the logged block starts, prompts in `prompt_order`, positions ascending.
+    mode "trajectory" (dense logs): the policy's own blocks, the next starting at pos + reward + 1.
+    The feedback model: a bandit policy sees the chosen drafter's acceptance and features only
+    (NaN elsewhere); a full-information one sees every drafter; a draft cut to L reveals min(a, L).
+    The loop is tight (rows as Python lists, observation arrays reused) because every policy of
+    `bandit/core.py` runs through it over 100k+ blocks.
+    """
+    if mode not in ("block", "trajectory"):
+        raise ValueError(f"mode must be 'block' or 'trajectory', got {mode!r}")
+    if mode == "trajectory":
+        _require_dense(t)
     D = len(t.drafters)
-    a = t.accepted[r].astype(float)
-    reward = min(a[d], cut) if cut >= 0 else a[d]
-    observed = np.ones(D, bool) if full else np.arange(D) == d
-    acc = np.where(observed, a, np.nan)
-    acc[d] = reward
-    feats = np.where(observed[:, None], t.features[r], np.nan)
-    return acc, feats, observed, float(reward)
+    policy.reset(t.drafters, t.workloads, policy_timing(t) if timing is None else timing)
+    full = bool(policy.full_information)
+    A, F, DL = t.accepted.astype(float), t.features, t.draft_len
+    wl, pos_of = t.workload.tolist(), t.pos.tolist()
+    nanD, nanF, all_obs, one_obs = np.full(D, np.nan), np.full((D, 4), np.nan), np.ones(D, bool), np.eye(D, dtype=bool)
+    order = np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)
+    starts, lengths = _prompt_rows(t)
+    if mode == "block":
+        per_prompt = block_rows(t)
+    rows, chosen, cuts, rewards = [], [], [], []
+    choose, update = policy.choose, policy.update
+    for p in order.tolist():
+        prev_a, prev_f = nanD, nanF
+        it = iter(per_prompt[p].tolist()) if mode == "block" else None
+        r, end = int(starts[p]), int(starts[p] + lengths[p])
+        while True:
+            if it is not None:
+                r = next(it, -1)
+                if r < 0:
+                    break
+            elif r >= end:
+                break
+            ctx = Context(wl[r], p, pos_of[r], prev_a, prev_f, DL[r].copy())
+            c = choose(ctx)
+            d, cut = (int(c[0]), int(c[1])) if isinstance(c, tuple) else (int(c), -1)
+            a_row = A[r]
+            rew = a_row[d] if cut < 0 or a_row[d] <= cut else float(cut)
+            if full:
+                acc = a_row
+                if rew != a_row[d]:
+                    acc = a_row.copy()
+                    acc[d] = rew
+                obs, feats = all_obs, F[r]
+            else:
+                acc, feats = nanD.copy(), nanF.copy()
+                acc[d], feats[d] = rew, F[r, d]
+                obs = one_obs[d]
+            update(ctx, d, acc, obs)
+            prev_a, prev_f = acc, feats
+            rows.append(r); chosen.append(d); cuts.append(cut); rewards.append(rew)
+            if it is None:
+                r += int(rew) + 1
+    return (np.asarray(rows, np.int64), np.asarray(chosen, np.int64), np.asarray(cuts, np.int64),
+            np.asarray(rewards, float))
 
 
 def block_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | None = None) -> BlockReplayResult:
@@ -264,26 +322,8 @@ def block_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | None 
     The reward is the chosen drafter's accepted tokens at that block start, wherever the
     policy's own choices would have led (the logged block starts are reused as they are).
     """
-    D = len(t.drafters)
-    policy.reset(t.drafters, t.workloads, _timing(t))
-    starts, lengths = _prompt_rows(t)
-    is_block = t.is_block_start
-    order = np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)
-    rows, chosen, cuts, rewards = [], [], [], []
-    for p in order:
-        prev_a, prev_f = np.full(D, np.nan), np.full((D, 4), np.nan)
-        for r in range(starts[p], starts[p] + lengths[p]):
-            if not is_block[r]:
-                continue
-            ctx = Context(int(t.workload[r]), int(p), int(t.pos[r]), prev_a, prev_f, t.draft_len[r].copy())
-            d, cut = _decode(policy.choose(ctx))
-            acc, feats, obs, rew = _observe(t, r, d, cut, policy.full_information)
-            policy.update(ctx, d, acc, obs)
-            prev_a, prev_f = acc, feats
-            rows.append(r); chosen.append(d); cuts.append(cut); rewards.append(rew)
-    rows = np.asarray(rows, np.int64)
-    return BlockReplayResult(policy=policy.name, label=t.label, chosen=np.asarray(chosen, np.int64),
-                             cut=np.asarray(cuts, np.int64), reward=np.asarray(rewards, float),
+    rows, chosen, cuts, rewards = walk(t, policy, "block", prompt_order)
+    return BlockReplayResult(policy=policy.name, label=t.label, chosen=chosen, cut=cuts, reward=rewards,
                              cluster=t.prompt[rows].astype(np.int64), workload=t.workload[rows].astype(np.int64),
                              row=rows)
 
@@ -296,29 +336,12 @@ def _require_dense(t: BlockTable) -> None:
 
 def trajectory_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | None = None) -> TrajectoryResult:
     """Replay `policy` along its own trajectory: the next block starts at pos + accepted + 1."""
-    _require_dense(t)
-    D = len(t.drafters)
-    policy.reset(t.drafters, t.workloads, _timing(t))
+    rows, chosen, _, _ = walk(t, policy, "trajectory", prompt_order)
     starts, lengths = _prompt_rows(t)
-    order = np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)
-    passes = np.zeros(t.n_prompts, np.int64)
-    chosen, cluster = [], []
-    for p in order:
-        prev_a, prev_f = np.full(D, np.nan), np.full((D, 4), np.nan)
-        pos = 0
-        while pos < lengths[p]:
-            r = starts[p] + pos
-            ctx = Context(int(t.workload[r]), int(p), pos, prev_a, prev_f, t.draft_len[r].copy())
-            d, cut = _decode(policy.choose(ctx))
-            acc, feats, obs, rew = _observe(t, r, d, cut, policy.full_information)
-            policy.update(ctx, d, acc, obs)
-            prev_a, prev_f = acc, feats
-            pos += int(rew) + 1
-            passes[p] += 1
-            chosen.append(d); cluster.append(p)
-    return TrajectoryResult(policy=policy.name, label=t.label, tokens=lengths.astype(np.int64), passes=passes,
-                            workload=t.workload[starts].astype(np.int64), chosen=np.asarray(chosen, np.int64),
-                            cluster=np.asarray(cluster, np.int64))
+    cluster = t.prompt[rows].astype(np.int64)
+    return TrajectoryResult(policy=policy.name, label=t.label, tokens=lengths.astype(np.int64),
+                            passes=np.bincount(cluster, minlength=t.n_prompts).astype(np.int64),
+                            workload=t.workload[starts].astype(np.int64), chosen=chosen, cluster=cluster)
 
 
 def fixed_trajectory(t: BlockTable, d: int) -> TrajectoryResult:

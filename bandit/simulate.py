@@ -35,7 +35,7 @@ import numpy as np
 from scipy.special import expit, ndtr
 
 from bandit import __version__
-from bandit.logs import FEATURES, BlockTable, _is_dense
+from bandit.logs import BlockTable, _is_dense
 
 try:
     import orjson as _fastjson

@@ -40,7 +40,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         write_sim_run(SimConfig(n_prompts=args.prompts, out_len=100, seed=11), pathlib.Path(tmp) / "sim")
         t0 = time.perf_counter()
-        text = ci.main([pathlib.Path(tmp) / "sim"], pathlib.Path(tmp) / "ci.json", n_resamples=n, seed=0, n_refit=args.refit)
+        ci.main([pathlib.Path(tmp) / "sim"], pathlib.Path(tmp) / "ci.json", n_resamples=n, seed=0, n_refit=args.refit)
         t_ci = time.perf_counter() - t0
         t = load_logs([pathlib.Path(tmp) / "sim"])
     b = t.blocks()
