@@ -132,6 +132,14 @@ def test_live_mode_run(zoo, tmp_path):
     assert m["mode"] == "live" and m["timing"]["drafter_ms"]["d"] > 0
     code, text = _cli(_base(zoo, tmp_path / "live2", "--mode", "live"))
     assert code == 2 and "one drafter" in text
+    # a policy from bandit/policies.py chooses among all drafters, one observed per block
+    out = tmp_path / "live3"
+    code, text = _cli(_base(zoo, out, "--mode", "live", "--policy", "bandit.policies:Random:random_state=0"))
+    assert code == 0, text
+    recs = [json.loads(x) for x in (out / "blocks_live.jsonl").read_text().splitlines()]
+    assert all(len(r["drafts"]) == 1 for r in recs) and len({n for r in recs for n in r["drafts"]}) > 2
+    code, text = _cli(_base(zoo, tmp_path / "live4", "--mode", "live", "--policy", "bandit.policies:Nope"))
+    assert code == 2 and "cannot import" in text
 
 
 def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):

@@ -61,6 +61,8 @@ def test_sigkill_then_resume_equals_uninterrupted(zoo, tmp_path):
     # a write torn by the kill: a partial record after the last finished prompt
     with open(out / "blocks_dense.jsonl", "ab") as fh:
         fh.write(b'{"v":1,"workload":"code","prompt_id":"c9","pos":0,"dra')
+    with open(progress, "ab") as fh:  # and a progress line torn in the middle: that prompt is not finished
+        fh.write(b'{"workload":"code","prompt_id":"c9","end":99')
     with pytest.raises(HarnessError, match="--resume"):
         _run(zoo, out)  # an existing run is never overwritten silently
     _run(zoo, out, resume=True)
