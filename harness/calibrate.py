@@ -26,7 +26,7 @@ def _sizes(k: int) -> list[int]:
     return sorted(set(s + [k, k + 1]))
 
 
-def time_verify(target: Target, prefixes: list[list[int]], k: int, n_drafts: int, reps: int = 3):
+def time_verify(target: Target, prefixes: list[list[int]], k: int, n_drafts: int, reps: int = 5):
     """(verify_ms, verify_batch_ms) in the manifest's form, measured on these prefixes."""
     dev = target.device
     V = target.model.get_output_embeddings().weight.shape[0]
