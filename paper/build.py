@@ -109,6 +109,22 @@ def breakeven_text(runs: Path) -> str:
     return "From `runs/breakeven.txt` (`python bandit/breakeven.py`):\n\n```\n" + txt.read_text().strip() + "\n```"
 
 
+def coverage_block(runs: Path) -> str:
+    path = runs / "coverage.json"
+    if not path.exists():
+        return "(no `runs/coverage.json`: run `python bench/coverage.py`)"
+    cov = json.loads(path.read_text())
+    out = ["How honest are the intervals? Empirical coverage of the nominal 95% intervals on simulator draws "
+           "with known truth, blocks of one prompt correlated (`python bench/coverage.py` -> `runs/coverage.json`) [SIM]:",
+           "", "| statistic | resampling unit | coverage | 95% CI of the coverage | draws | mean width |",
+           "|---|---|---|---|---|---|"]
+    for r in cov["rows"]:
+        lo, hi = r["coverage_ci95"]
+        out.append(f"| {r['statistic']} | {r['unit']} | {100 * r['coverage']:.1f}% | [{100 * lo:.1f}, {100 * hi:.1f}]% "
+                   f"| {r['draws']} | {_fmt(r.get('mean_width'))} |")
+    return "\n".join(out)
+
+
 def results_block(runs: Path) -> str:
     by, _ = load(runs)
     return "\n\n".join([
@@ -118,6 +134,7 @@ def results_block(runs: Path) -> str:
         accepted_table(by),
         "Leave-one-workload-out selector (threshold chosen by an inner LOWO over the training workloads only):",
         skill_table(by),
+        coverage_block(runs),
     ])
 
 
