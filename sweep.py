@@ -76,6 +76,13 @@ def _load_policy(spec: str):
     return pol
 
 
+def _shown_path(v):
+    """Absolute paths inside the repository are recorded relative to it (manifests travel)."""
+    if isinstance(v, str) and os.path.isabs(v) and Path(v).resolve().is_relative_to(REPO.resolve()):
+        return os.path.relpath(Path(v).resolve(), REPO.resolve())
+    return v
+
+
 def _missing_zoo() -> list[str]:
     return [f for f in ZOO_FILES if not (REPO / f).is_file()]
 
@@ -197,8 +204,9 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
     for s in specs:
         d = drafters[s.name]
         info = getattr(d, "info", lambda: {"settings": s.settings, "sha256": None})()
-        dinfo[s.name] = {"kind": s.kind, "settings": info.get("settings", s.settings), "sha256": info.get("sha256")}
-    shown = os.path.relpath(target_dir, REPO) if target_dir.resolve().is_relative_to(REPO) else str(target)
+        settings = {k: _shown_path(v) for k, v in info.get("settings", s.settings).items()}
+        dinfo[s.name] = {"kind": s.kind, "settings": settings, "sha256": info.get("sha256")}
+    shown = _shown_path(str(target_dir)) if Path(target_dir).is_absolute() else str(target)
     manifest = make_manifest(run_dir.name, mode, {"name": tname, "path": shown, "sha256": lm.weights_sha256(target_dir)},
                              dinfo, k, temperature, seed, wl_names, device)
     rd = RunDir(run_dir, manifest, resume)

@@ -166,3 +166,5 @@ def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
     assert table.workloads == tuple(sorted(sweep.DEFAULT_WORKLOADS)) and table.dense
     m = json.loads((run / "manifest.json").read_text())
     assert m["target"]["path"] == "zoo/target" and m["k"] == sweep.DEFAULT_K and "timing" in m
+    assert m["drafters"]["draft"]["settings"]["path"] == "zoo/draft"  # repository-relative: manifests travel
+    assert m["drafters"]["cascade"]["settings"]["of"] == "draft+ngram"
