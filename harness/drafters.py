@@ -235,11 +235,11 @@ class SuffixDrafter(Drafter):
     def _drop_current(self):
         if self._cur is not None:  # un-index the current sequence (it is the last one)
             s = len(self.seqs) - 1
-            for key in self._cur_keys:
-                occ = [o for o in self.index[key] if o[0] != s]
-                if occ:
-                    self.index[key] = occ
-                else:
+            for key in self._cur_keys:  # its entries are the newest, so they sit at the ends of the lists
+                occ = self.index[key]
+                while occ and occ[-1][0] == s:
+                    occ.pop()
+                if not occ:
                     del self.index[key]
             self.seqs.pop()
         self._cur, self._cur_keys = None, set()
