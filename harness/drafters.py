@@ -414,7 +414,10 @@ class MedusaDrafter(_ModelDrafter):
         path = self._setting("path", None, str)
         self._check_settings({"path"})
         self.path = lm.resolve_model_dir(path, env.models_root, f"--drafter {name}=medusa path")
-        self.heads = MedusaHeads.load(self.path, env.target)
+        try:
+            self.heads = MedusaHeads.load(self.path, env.target)
+        except (ValueError, FileNotFoundError) as e:
+            raise HarnessError(f"--drafter {name}=medusa: {e}") from None
 
     def info(self):
         return {"settings": {**self.settings, "num_heads": self.heads.cfg.num_heads},
@@ -461,7 +464,10 @@ class EagleDrafter(_ModelDrafter):
         self.batch = self._setting("batch", 256, int)  # origins per dense pass
         self._check_settings({"path", "batch"})
         self.path = lm.resolve_model_dir(path, env.models_root, f"--drafter {name}=eagle path")
-        self.head = EagleHead.load(self.path, env.target)
+        try:
+            self.head = EagleHead.load(self.path, env.target)
+        except (ValueError, FileNotFoundError) as e:
+            raise HarnessError(f"--drafter {name}=eagle: {e}") from None
         self.kv, self.kv_ids = None, []  # head cache over pairs 0..n-1, and the ids it covered
 
     def info(self):

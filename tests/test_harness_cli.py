@@ -44,6 +44,8 @@ def _base(z, out, *extra, drafters=None):
     (["--drafter", "x=draft:path=/nonexistent/model"], "/nonexistent/model"),
     (["--drafter", "x=draft"], "missing setting path="),
     (["--drafter", "x=cascade:of=draft+nothing"], "nothing"),
+    (["--drafter", "x=medusa:path={eagle}"], "format"),  # an EAGLE head given as Medusa heads
+    (["--drafter", "x=eagle:path={draft}"], "config.json"),  # a model directory, not a head
     (["--k", "0"], "--k 0"),
     (["--mode", "turbo"], "--mode 'turbo'"),
     (["--workloads", "nosuchbench", "--workload-file", ""], "unknown workload"),
@@ -52,6 +54,7 @@ def _base(z, out, *extra, drafters=None):
 ])
 def test_bad_inputs_fail_before_work(zoo, tmp_path, change, message):
     out = tmp_path / "run"
+    change = [c.format(eagle=zoo["root"] / "eagle", draft=zoo["draft"]) for c in change]
     code, text = _cli(_base(zoo, out, *change))
     assert code == 2, text
     assert "error:" in text and message in text, text
