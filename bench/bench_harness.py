@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness import lm  # noqa: E402
-from harness.drafters import Drafter, DrafterEnv, Sequence, build_drafters, parse_spec  # noqa: E402
+from harness.drafters import Drafter, DrafterEnv, build_drafters, parse_spec  # noqa: E402
 from harness.engine import Engine, RunConfig  # noqa: E402
 from harness.heads import EagleHead  # noqa: E402
 from harness.target import Target  # noqa: E402
