@@ -93,3 +93,18 @@ def test_plugin_by_import_path(monkeypatch):
         build_drafters([parse_spec("e=no_such_mod.sub:Cls")], DrafterEnv(None, None))
     with pytest.raises(HarnessError, match="unknown drafter kind 'warp'.*module.path:ClassName"):
         parse_spec("e=warp")
+
+
+def test_plugin_by_entry_point(tmp_path, monkeypatch):
+    """A package declaring [project.entry-points."specbandit.drafters"] echo = ... is found."""
+    dist = tmp_path / "fakeplug-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeplug\nVersion: 0.0\n")
+    (dist / "entry_points.txt").write_text("[specbandit.drafters]\necho = my_plugins:EchoDrafter\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "my_plugins", sys.modules[__name__])
+    spec = parse_spec("e=echo:n=1")
+    assert spec.kind == "echo"
+    d = build_drafters([spec], DrafterEnv(None, None))["e"]
+    from harness.drafters import Prefix
+    assert d.draft(Prefix([3, 4], 1, None, 0, 0.0), 8).tokens == [4]
