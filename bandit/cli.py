@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import typer
 
-from bandit import logs
+from bandit import breakeven, ci, core, logs, replay, selector
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Counterfactual analysis of multi-drafter speculative decoding logs.")
-app.command("validate")(logs.cli)
-from bandit import replay; app.command("replay")(replay.cli)  # noqa: E402
-from bandit import ci, selector, breakeven; app.command("ci")(ci.cli); app.command("selector")(selector.cli); app.command("breakeven")(breakeven.cli)  # noqa: E402
-from bandit import core; app.command("policies")(core.cli)  # noqa: E402
+for name, module in (("validate", logs), ("replay", replay), ("ci", ci), ("selector", selector),
+                     ("breakeven", breakeven), ("policies", core)):
+    app.command(name)(module.cli)
 
 
 @app.callback()
