@@ -38,7 +38,7 @@ STAGE_DEFAULTS = {
     "target": dict(steps=800, batch=8, lr=2e-3, seed=DEFAULT_SEED,
                    schedule=((0, 800), (200, 480), (480, 800, 1e-3))),
     # draft, medusa and eagle: one shared schedule and data order (see train_students)
-    "students": dict(steps=200, batch=8, seed=DEFAULT_SEED + 10),
+    "students": dict(steps=500, batch=8, seed=DEFAULT_SEED + 10),
 }
 
 
