@@ -44,9 +44,9 @@ def main(argv=None) -> int:
             acc, blocks, ok = 0, 0, True
             for it in [i for i in items if i.workload == wl]:
                 prompt = it.token_ids(tok)
+                # both stop at the end-of-text / end-of-turn tokens (generation_config.eos_token_id)
                 ref = model.generate(torch.tensor([prompt]), max_new_tokens=args.max_new_tokens,
-                                     do_sample=False, min_new_tokens=args.max_new_tokens,
-                                     )[0, len(prompt):].tolist()
+                                     do_sample=False)[0, len(prompt):].tolist()
                 eng = Engine(Target(model, tok), {name: d}, RunConfig("live", args.k, args.max_new_tokens, 0.0))
                 res = eng.run_prompt(wl, it.prompt_id, prompt)
                 ok &= res.output == ref
