@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 # ---- The embedded default (the zoo issue provides the models; tune the sizes here) ----
-DEFAULT_PROMPTS_PER_WORKLOAD = 150  # prompts per workload in `python sweep.py`: ~4 min on 2 idle CPU cores (zoo models)
+DEFAULT_PROMPTS_PER_WORKLOAD = 250  # prompts per workload in `python sweep.py` (150 took 3m39s on 2 CPU cores)
 DEFAULT_MAX_NEW_TOKENS = 128  # output tokens per prompt
 DEFAULT_K = 8
 DEFAULT_CALIBRATION_PROMPTS = 2  # prompts each drafter decodes live for the timing calibration
@@ -254,8 +254,11 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
         rd.write_manifest()
         if raw is not None:
             (rd.dir / "live_calibration.json").write_text(json.dumps(raw, indent=2) + "\n")
-    say(f"logs: {rd.blocks} ({n_blocks} new records), manifest: {rd.dir / 'manifest.json'}")
-    say(f"analyse with:\n  python bandit/replay.py {rd.dir}\n  python bandit/ci.py {rd.dir}")
+    shown = rd.dir.resolve()
+    if shown.is_relative_to(Path.cwd()):  # the short form the analysis commands are usually typed with
+        shown = shown.relative_to(Path.cwd())
+    say(f"logs: {shown / rd.blocks.name} ({n_blocks} new records), manifest: {shown / 'manifest.json'}")
+    say(f"analyse with:\n  python bandit/replay.py {shown}\n  python bandit/ci.py {shown}")
     return rd.dir
 
 
