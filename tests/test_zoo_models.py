@@ -1,0 +1,103 @@
+"""zoo weights: the committed models load offline (safetensors), the tokenizer round-trips and
+has a chat template, and the target beats a unigram baseline on held-out text."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from zoo import DRAFT_DIR, EAGLE_DIR, MEDUSA_DIR, TARGET_DIR, WORKLOADS, ZOO_DIR  # noqa: E402
+
+
+def _need(d: Path):
+    if not (d / "model.safetensors").exists():
+        pytest.fail(f"{d}/model.safetensors missing: run `python -m zoo.train all`")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    _need(TARGET_DIR)
+    return transformers.AutoTokenizer.from_pretrained(str(TARGET_DIR), local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def target():
+    _need(TARGET_DIR)
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        str(TARGET_DIR), local_files_only=True, dtype=torch.float32).eval()
+
+
+def test_weights_are_half_precision_safetensors_within_budget():
+    from safetensors import safe_open
+    total = 0
+    for d in (TARGET_DIR, DRAFT_DIR, MEDUSA_DIR, EAGLE_DIR):
+        _need(d)
+        assert not list(d.glob("*.bin")) and not list(d.glob("*.pt"))
+        f = d / "model.safetensors"
+        total += f.stat().st_size
+        with safe_open(str(f), "pt") as st:
+            for k in st.keys():
+                assert st.get_slice(k).get_dtype() in ("F16", "BF16"), (f, k)
+        assert (d / "README.md").exists(), f"{d} has no model card"
+    assert total <= 40 * 2 ** 20
+
+
+def test_target_and_draft_load_offline(target):
+    draft = transformers.AutoModelForCausalLM.from_pretrained(str(DRAFT_DIR), local_files_only=True)
+    assert type(target).__name__ == "LlamaForCausalLM"
+    nt = sum(p.numel() for p in target.parameters())
+    nd = sum(p.numel() for p in draft.parameters())
+    assert 1_000_000 <= nt <= 10_000_000
+    assert 500_000 <= nd <= 1_500_000
+    assert target.config.vocab_size == draft.config.vocab_size
+    assert (TARGET_DIR / "tokenizer.json").read_bytes() == (DRAFT_DIR / "tokenizer.json").read_bytes()
+
+
+def test_heads_load_on_target(target):
+    from harness.heads import EagleHead, MedusaHeads
+    m = MedusaHeads.load(MEDUSA_DIR, target)
+    e = EagleHead.load(EAGLE_DIR, target)
+    x = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        f = target(input_ids=x, output_hidden_states=True).hidden_states[-1]
+        assert m(f).shape[:2] == (m.cfg.num_heads, 1)
+        assert e(f, x).shape == f.shape
+
+
+def test_tokenizer_round_trip_and_chat_template(tok):
+    from zoo.corpus import render_chat
+    for s in ["def f(x):\n    return x ** 2  # square\n", "Question: Ava has 3 apples.\nAnswer:",
+              "naïve café — ünïcödé ✓ 日本", "  leading and trailing spaces  ", "\t\ttabs\n\n"]:
+        assert tok.decode(tok.encode(s, add_special_tokens=False)) == s
+    assert len(tok) <= 8192
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text == render_chat([(m["role"], m["content"]) for m in msgs], add_generation_prompt=True)
+    assert tok.eos_token == "<|endoftext|>"
+    assert "<|end|>" in tok.all_special_tokens
+
+
+def test_target_beats_unigram_on_heldout_sample(tok, target):
+    """Per workload, on ~1k held-out tokens: the target's loss is below the entropy of a
+    unigram model fitted to that very sample (an optimistic unigram baseline)."""
+    import collections
+    import torch.nn.functional as F
+    for w in WORKLOADS:
+        ids = []
+        for line in (ZOO_DIR / "workloads" / f"{w}.jsonl").read_text().splitlines()[:40]:
+            r = json.loads(line)
+            text = r.get("prompt") or tok.apply_chat_template(r["messages"], tokenize=False)
+            ids += tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+            if len(ids) > 1024:
+                break
+        ids = ids[:1024]
+        cnt = collections.Counter(ids[1:])
+        n = sum(cnt.values())
+        uni = -sum(c / n * math.log(c / n) for c in cnt.values())
+        with torch.no_grad():
+            x = torch.tensor([ids])
+            loss = F.cross_entropy(target(input_ids=x[:, :-1]).logits[0].float(), x[0, 1:]).item()
+        assert loss < uni - 0.5, (w, loss, uni)
