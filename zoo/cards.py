@@ -6,7 +6,12 @@ import json
 DESCRIPTIONS = {
     "target": ("The zoo's **target** model: a `LlamaForCausalLM` trained from scratch on the "
                "offline corpus below. Standard Hugging Face directory (`config.json`, "
-               "`model.safetensors`, tokenizer files with a chat template)."),
+               "`model.safetensors`, tokenizer files with a chat template).\n\n"
+               "Known limitations (measured, not hidden): with ~3.3M training tokens it writes "
+               "fluent-looking templates but gets facts and arithmetic wrong, and on copy/edit "
+               "prompts it emits generic config lines instead of copying its input (it has not "
+               "learned to copy from the context), so it often repeats the same output across "
+               "prompts. Lookup drafters that index earlier outputs (`suffix`) profit from that."),
     "draft": ("An independent **draft model** (`LlamaForCausalLM`, same tokenizer as the target), "
               "distilled from the frozen target: loss = 0.3 x cross entropy on the corpus + "
               "0.7 x KL(target || draft) on the same windows."),
