@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run as `python bandit/core.py`: import our `ban
     import pathlib, sys
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
+import builtins
 import json
 import math
 import tomllib
@@ -547,7 +548,16 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         typer.echo(rep.summary())
 
 
-def main(paths: Sequence[str] = (), seeds: Sequence[int] = (0, 1, 2), n_resamples: int = 1000, seed: int = 0) -> None:
+def main(paths: Sequence[str] = (), seeds: Sequence[int] = (0, 1, 2), n_resamples: int = 1000, seed: int = 0,
+         out: Path | None = Path("runs/core.txt")) -> str:
+    """Print the falsification experiment and the policy replays; also write them to `out` with provenance."""
+    from bandit.ci import code_version
+    lines: list[str] = []
+
+    def print(s) -> None:  # noqa: A001 - everything printed is also the derived output file
+        lines.append(str(s))
+        builtins.print(s, flush=True)
+
     t, said = _load([Path(p) for p in paths] or None)
     g = tag(t.label)
     print(said)
@@ -577,6 +587,13 @@ def main(paths: Sequence[str] = (), seeds: Sequence[int] = (0, 1, 2), n_resample
                   f"per prompt vs all on {t.drafters[p]}: median {np.median(rel):.2f}x, worst {rel.min():.2f}x "
                   f"(the 10% rule binds expected rates at each step, not realised ones)")
     print(f.summary())
+    print("inputs: " + ", ".join(f"{s.path} sha256:{s.sha256}" for s in t.sources) + f"; code {code_version()}")
+    text = "\n".join(lines) + "\n"
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+        builtins.print(f"wrote {out}")
+    return text
 
 
 if __name__ == "__main__":
