@@ -1,7 +1,7 @@
 """Generate the paper draft and the README's results block from runs/ alone.
 
 No number in README.md or paper/draft.md is typed by hand: both are rendered here from
-`runs/ci.json` and `runs/breakeven.txt`, with each number's label and CI.
+`runs/ci.json`, `runs/breakeven.txt`, `runs/core.txt` and `runs/coverage.json`, with each number's label and CI.
 `tests/test_generated_docs.py` fails when the committed text drifts from what this prints.
 
     python paper/build.py            # rewrite paper/draft.md and README.md's generated block
@@ -102,13 +102,6 @@ def skill_table(by: dict[str, dict]) -> str:
     return "\n".join(out)
 
 
-def breakeven_text(runs: Path) -> str:
-    txt = runs / "breakeven.txt"
-    if not txt.exists():
-        return "(no `runs/breakeven.txt`: run `python bandit/breakeven.py`)"
-    return "From `runs/breakeven.txt` (`python bandit/breakeven.py`):\n\n```\n" + txt.read_text().strip() + "\n```"
-
-
 def coverage_block(runs: Path) -> str:
     path = runs / "coverage.json"
     if not path.exists():
@@ -123,6 +116,14 @@ def coverage_block(runs: Path) -> str:
         out.append(f"| {r['statistic']} | {r['unit']} | {100 * r['coverage']:.1f}% | [{100 * lo:.1f}, {100 * hi:.1f}]% "
                    f"| {r['draws']} | {_fmt(r.get('mean_width'))} |")
     return "\n".join(out)
+
+
+def verbatim(runs: Path, name: str, command: str) -> str:
+    """A derived text output of runs/, quoted whole (it carries its own labels and provenance)."""
+    txt = runs / name
+    if not txt.exists():
+        return f"(no `runs/{name}`: run `{command}`)"
+    return f"From `runs/{name}` (`{command}`):\n\n```\n" + txt.read_text().strip() + "\n```"
 
 
 def results_block(runs: Path) -> str:
@@ -141,7 +142,8 @@ def results_block(runs: Path) -> str:
 def draft(runs: Path) -> str:
     text = TEMPLATE.read_text()
     return (text.replace("{{RESULTS}}", results_block(runs))
-                .replace("{{BREAKEVEN}}", breakeven_text(runs)))
+                .replace("{{BREAKEVEN}}", verbatim(runs, "breakeven.txt", "python bandit/breakeven.py"))
+                .replace("{{POLICIES}}", verbatim(runs, "core.txt", "python bandit/core.py")))
 
 
 def readme(runs: Path, current: str) -> str:
