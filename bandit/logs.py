@@ -806,17 +806,38 @@ def cli(paths: list[Path], all: bool = False, drafters: str = "") -> None:
     """Validate block logs: exit 0 and a one-line summary if valid, else exit 1 and the first error (every error with --all).
 
     PATHS are files (.jsonl, .jsonl.gz), globs, or directories (meaning **/blocks_*.jsonl* under them).
+    Logs of different campaigns (runs that may not be pooled) are validated separately, a summary each.
     --drafters a,b restricts to drafters present in every record.
     """
     import typer
     names = [d for d in drafters.split(",") if d] or None
-    table, errors = validate_logs(paths, names, all_errors=all)
+    try:
+        files = expand_paths(paths)
+    except LogError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1)
+    campaigns: dict[tuple, list[Path]] = {}
+    for f in files:
+        try:
+            key = campaign_key(read_manifest(f))
+        except LogError:  # an unreadable manifest: validate_logs reports it with the file
+            key = ("?", str(f))
+        campaigns.setdefault(key, []).append(f)
+    errors, summaries = [], []
+    for group in campaigns.values():
+        table, errs = validate_logs(group, names, all_errors=all)
+        errors += errs
+        if table is not None:
+            summaries.append(table.summary())
+        if errs and not all:
+            break
     if errors:
         for e in errors:
             typer.echo(str(e), err=True)
         typer.echo(f"invalid: {len(errors)} error{'s' if len(errors) > 1 else ''}" if all else "invalid", err=True)
         raise typer.Exit(1)
-    typer.echo(f"valid: {table.summary()}")
+    for s in summaries:
+        typer.echo(f"valid: {s}")
 
 
 if __name__ == "__main__":

@@ -263,6 +263,23 @@ def test_cli_validate_exit_codes(tmp_path):
     assert r.exit_code == 1 and f"{bad}:5: drafts.x.conf[2]:" in r.output
 
 
+def test_cli_validate_checks_each_campaign_separately(tmp_path):
+    """A runs/ folder with a simulated and a measured campaign is valid: one summary each, no pooling."""
+    from typer.testing import CliRunner
+    from bandit.cli import app
+    write_sim_run(SimConfig(n_prompts=2, out_len=20, seed=1), tmp_path / "sim")
+    m = tmp_path / "measured"
+    m.mkdir()
+    _write(m, _records(3))
+    (m / "manifest.json").write_text(json.dumps({"v": 1, "label": "MEASURED", "k": 8, "temperature": 0.0,
+                                                 "target": {"name": "t"}, "drafters": {"x": {}, "y": {}}}))
+    r = CliRunner().invoke(app, ["validate", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("valid: ") == 2 and "[SIM]" in r.output and "[MEASURED]" in r.output
+    with pytest.raises(LogError, match="another campaign"):  # the analysis itself still refuses to pool them
+        load_logs([tmp_path])
+
+
 def test_clean_logs_take_the_bulk_path(tmp_path, monkeypatch):
     """The exact per-record path runs only to locate a problem: a clean log never needs it."""
     path = write_sim_run(SimConfig(n_prompts=2, out_len=30, seed=1), tmp_path / "run")
