@@ -9,12 +9,13 @@ threshold.
 
 Two engines:
 - ratio-of-sums statistics (gap, headroom, mean table, trajectory gain) are functions of
-  per-cluster totals, so a resample is a row of the count matrix (n_resamples, P) and all
-  resamples are one matrix product `counts @ totals`, no Python loop over resamples;
-- refit statistics (the selector) run once per resample on the same rows with the resample
-  counts as sample weights (a weight-c row is that row drawn c times). They use
-  `n_refit` resamples (default 200, recorded as the entry's `n_resamples`): each one fits
-  W + W(W-1) logistic models.
+  per-cluster totals, so a resample is the sum of its drawn clusters' totals; bandit/resample.py
+  sums all resamples, chunk by chunk, with no Python loop over resamples (integer totals, the
+  usual case, at one table lookup per draw through bit-packed columns);
+- refit statistics (the selector) run once per resample on the same resamples (the same
+  stream), with each cluster's draw count as its rows' sample weight (a weight-c row is that
+  row drawn c times). They use `n_refit` resamples (default 200, recorded as the entry's
+  `n_resamples`): each one fits W + W(W-1) logistic models.
 
 Methods: percentile (default) and BCa (bias from the bootstrap, acceleration from a jackknife
 over clusters; refit statistics use a delete-a-group jackknife over JACK_GROUPS groups of
@@ -41,11 +42,11 @@ import numpy as np
 import typer
 from scipy.special import ndtr, ndtri
 
-from bandit import __version__
+from bandit import __version__, resample
 from bandit.logs import BlockTable, _is_dense
 
 LEVEL = 0.95
-CHUNK_CELLS = 1 << 18  # count-matrix cells per chunk (resamples x clusters): bounds memory, amortises the loop
+CHUNK_CELLS = 1 << 18  # jackknife cells per chunk (left-out clusters x columns): bounds memory, amortises the loop
 DISAGREE_TOL = 0.25  # |percentile - basic| endpoint shift allowed, as a fraction of the percentile width
 JACK_GROUPS = 20     # delete-a-group jackknife for the BCa acceleration of refit statistics
 N_REFIT = 200        # resamples for the nested selector refits
@@ -74,23 +75,9 @@ class Interval:
 def _count_chunks(strata: np.ndarray, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
     """Stratified resample counts, a chunk of resamples at a time: (m, P) int32, each stratum's total preserved.
 
-    The chunk size depends only on P, so the stream of counts is a function of (strata, n_resamples, seed).
+    The stream (bandit/resample.py) is a function of (strata, n_resamples, seed); `boot_totals` reads the same one.
     """
-    strata = np.asarray(strata)
-    chunk = max(1, CHUNK_CELLS // max(strata.size, 1))
-    rng = np.random.default_rng(seed)
-    groups = [np.flatnonzero(strata == s) for s in np.unique(strata)]
-    for start in range(0, n_resamples, chunk):
-        m = min(chunk, n_resamples - start)
-        out = np.empty((m, strata.size), np.int32)
-        for g in groups:
-            k = g.size
-            draw = rng.integers(0, k, size=(m, k))
-            draw += (np.arange(m) * k)[:, None]
-            cnt = np.bincount(draw.ravel(), minlength=m * k).reshape(m, k)
-            # strata of sorted tables are contiguous: a slice avoids a fancy-index scatter
-            out[:, slice(g[0], g[-1] + 1) if g[-1] - g[0] + 1 == k else g] = cnt
-        yield out
+    return resample.count_chunks(strata, n_resamples, seed)
 
 
 def resample_counts(strata: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
@@ -152,7 +139,7 @@ def boot_totals(totals: np.ndarray, stat: Callable[[np.ndarray], np.ndarray], st
     totals = np.asarray(totals, float)
     full = totals.sum(0)
     value = stat(full[None])[0]
-    boot = np.concatenate([stat(c.astype(float) @ totals) for c in _count_chunks(strata, n_resamples, seed)])
+    boot = np.concatenate([stat(sums) for sums in resample.sum_chunks(totals, strata, n_resamples, seed)])
     if not jackknife:
         return value, boot, None
     step = max(1, CHUNK_CELLS // max(totals.shape[1], 1) // 8)
