@@ -33,6 +33,11 @@ try:  # 5-10x faster parsing; the stdlib parser gives identical results
 except ImportError:  # pragma: no cover
     _fastjson = None
 
+try:  # the compiled fast path (bandit/fastload.py, pyarrow); without it every file takes the paths below
+    from bandit import fastload as _fastload
+except ImportError:  # pragma: no cover
+    _fastload = None
+
 SCHEMA_VERSION = 1
 FEATURES = ("conf_mean", "conf_min", "conf_first", "ent_mean")
 # Features of an empty draft (no proposal): zero confidence, zero entropy. The selector then
@@ -477,6 +482,23 @@ def _optional_numbers(ds: list[dict], key: str) -> np.ndarray | None:
     return None if (a < 0).any() else a
 
 
+def _features(c: np.ndarray, e: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """(n, 4) FEATURES of n drafts from their confidences and entropies laid end to end, L (n,) long.
+
+    The one implementation of the features in bulk: every loading path calls it, so that they
+    agree to the last bit (its sums may differ from `draft_features`' in the last place).
+    """
+    f = np.tile(np.asarray(EMPTY_DRAFT_FEATURES), (len(L), 1))
+    nz = L > 0
+    if nz.any():
+        start = (np.cumsum(L) - L)[nz]  # empty drafts add no values, so reduceat's segments are exact
+        f[nz, 0] = np.add.reduceat(c, start) / L[nz]
+        f[nz, 1] = np.minimum.reduceat(c, start)
+        f[nz, 2] = c[start]
+        f[nz, 3] = np.add.reduceat(e, start) / L[nz]
+    return f
+
+
 def _bulk(objs: list, names: Sequence[str], lines: list[bytes] | None) -> _Batch | str:
     """Validate parsed records column by column; their columns, or the first failing check's name.
 
@@ -565,15 +587,8 @@ def _bulk(objs: list, names: Sequence[str], lines: list[bytes] | None) -> _Batch
         ea, ms = _optional_numbers(ds, "expected_accepted"), _optional_numbers(ds, "ms")
         if ea is None or ms is None or (ea > L + 1e-9).any():
             return f"drafts.{name}.expected_accepted/ms"
-        f = np.tile(np.asarray(EMPTY_DRAFT_FEATURES), (n, 1))
-        nz = L > 0
-        if nz.any():
-            start = (np.cumsum(L) - L)[nz]  # empty drafts add no values, so reduceat's segments are exact
-            f[nz, 0] = np.add.reduceat(c, start) / L[nz]
-            f[nz, 1] = np.minimum.reduceat(c, start)
-            f[nz, 2] = c[start]
-            f[nz, 3] = np.add.reduceat(e, start) / L[nz]
-        acc_out[:, j], len_out[:, j], exp_out[:, j], ms_out[:, j], feat_out[:, j] = a, L, ea, ms, f
+        acc_out[:, j], len_out[:, j], exp_out[:, j], ms_out[:, j] = a, L, ea, ms
+        feat_out[:, j] = _features(c, e, L)
     if lines is not None and raw.count(b'"') != 2 * (n_keys + 2 * n):
         return "duplicate key or unknown string field"
     return _Batch(line=np.zeros(n, np.int64), workload=wl, prompt_id=pid, pos=pos,
@@ -614,7 +629,18 @@ class _Drafters:
 
 
 def _read_file(path: Path, dr: _Drafters) -> tuple[list[_Batch], str]:
-    """Every record of one file as validated column batches, and the file's sha256."""
+    """Every record of one file as validated column batches, and the file's sha256.
+
+    Three paths, each giving identical arrays: pyarrow's compiled reader for the whole file
+    (bandit/fastload.py); else orjson and bulk checks batch by batch; a batch that fails those
+    is re-read record by record with the exact checks, which name the file, line and field.
+    """
+    if _fastload is not None:
+        fast = _fastload.read_file(path, dr.requested, dr.names, _features)
+        if fast is not None:
+            first, cols, digest = fast
+            dr.fix(first, path, 1)
+            return [_Batch(**c) for c in cols], digest
     reader = _Lines(path)
     out = []
     for ln0, lines, last in reader:
@@ -687,8 +713,9 @@ def _assemble(batches: list[_Batch], file_idx: np.ndarray, files: list[Path], na
 def load_logs(paths: Sequence[str | Path], drafters: Sequence[str] | None = None) -> BlockTable:
     """Load and validate logs into one `BlockTable`; raises `LogError` at the first problem.
 
-    Streams each file in batches validated in bulk; a batch that fails a bulk check is re-read
-    record by record with the exact reference checks, which name the file, line and field.
+    Reads each file with pyarrow's compiled JSON reader where it can (bandit/fastload.py), else
+    streams it in batches validated in bulk; a file the fast path refuses and a batch that fails
+    a bulk check are re-read with the exact reference checks, which name the file, line and field.
     Refuses to pool runs of different campaigns (DESIGN.md): simulated with measured, or
     different targets, drafters, k or temperature.
     """

@@ -3,11 +3,13 @@
 Targets (issue 2): >= 100k records/s and < 2 GB peak RSS. Each measurement runs in a fresh
 subprocess and reads its own peak RSS from /proc/self/status VmHWM (`ru_maxrss` would survive
 the fork+exec and report the parent's peak, e.g. that of writing the log).
-Side by side in the same run, two floors: decompression alone, and decompression + orjson
-parse of every line (nothing kept); the ratios say what parsing, validation and the table
-cost on this machine, whatever its load.
+Side by side in the same run, three floors: decompression alone, decompression + orjson
+parse of every line (nothing kept), and decompression + pyarrow's parse into columns as
+`bandit/fastload.py` runs it (no checks, no arrays; skipped without pyarrow); the ratios say
+what parsing, validation and the table cost on this machine, whatever its load. It also says
+which path `load_logs` read the log on.
 
-    python bench/bench_logs.py [--records 1000000]      # the log is cached in bench/out/
+    python bench/bench_logs.py [--records 1000000] [--orjson]   # the log is cached in bench/out/
 """
 from __future__ import annotations
 
@@ -26,10 +28,33 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 path, mode = {path!r}, {mode!r}
 t0 = time.perf_counter()
-if mode == "load":
-    from bandit.logs import load_logs
-    t = load_logs([path])
+path_ran = None
+if mode in ("load", "load-orjson"):
+    from bandit import logs
+    if mode == "load-orjson":
+        logs._fastload = None
+        path_ran = "orjson/exact path (pyarrow switched off)"
+    elif logs._fastload is not None:  # which path read the file: pyarrow's (fast) or orjson + exact checks
+        real = logs._fastload.read_file
+        def spy(*a, **k):
+            global path_ran
+            out = real(*a, **k)
+            path_ran = "pyarrow fast path" if out is not None else "orjson/exact path (pyarrow refused the file)"
+            return out
+        logs._fastload.read_file = spy
+    elif mode == "load":
+        path_ran = "orjson/exact path (pyarrow not installed)"
+    t = logs.load_logs([path])
     n = t.n_records
+elif mode == "arrow":  # fastload's pipeline (decompressing thread, pyarrow parse) without checks or arrays
+    import queue, threading, pyarrow as pa, pyarrow.json as pj
+    from pathlib import Path
+    from bandit import fastload
+    q, stop = queue.Queue(maxsize=2), threading.Event()
+    threading.Thread(target=fastload._produce, args=(Path(path), q, stop), daemon=True).start()
+    ro, n = pj.ReadOptions(use_threads=True, block_size=fastload._BLOCK), 0
+    while (item := q.get())[0] not in ("end", "unfit"):
+        n += pj.read_json(pa.BufferReader(item[0]), read_options=ro).num_rows
 elif mode == "gunzip":
     import zlib
     d, n = zlib.decompressobj(wbits=31), 0
@@ -47,7 +72,7 @@ try:
     hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
 except (OSError, StopIteration):
     hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({{"records": n, "seconds": dt, "peak_rss_mb": hwm}}))
+print(json.dumps({{"records": n, "seconds": dt, "peak_rss_mb": hwm, "path": path_ran}}))
 """
 
 
@@ -61,6 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    ap.add_argument("--orjson", action="store_true", help="also time load_logs with the pyarrow fast path off")
     args = ap.parse_args()
     from bandit.simulate import SimConfig, write_sim_run
     n_prompts = max(1, args.records // (4 * 500))
@@ -73,13 +99,27 @@ def main() -> None:
         print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB gz) in {time.perf_counter() - t0:.1f} s")
     gunzip = _measure(path, "gunzip")
     parse = _measure(path, "parse")
+    rows = [("gunzip floor", gunzip), ("parse floor (gzip+orjson)", parse)]
+    try:
+        import pyarrow  # noqa: F401
+        arrow = _measure(path, "arrow")
+        rows.append(("parse floor (gzip+pyarrow)", arrow))
+    except ImportError:
+        arrow = None
     load = _measure(path, "load")
-    for name, m in (("gunzip floor", gunzip), ("parse floor (gzip+orjson)", parse), ("load_logs", load)):
+    rows.append(("load_logs", load))
+    if args.orjson:
+        rows.append(("load_logs, pyarrow off", _measure(path, "load-orjson")))
+    for name, m in rows:
         print(f"{name:28s} {m['records']:>9d} records  {m['seconds']:7.2f} s  "
               f"{m['records'] / m['seconds'] / 1e3:8.1f} k records/s  peak RSS {m['peak_rss_mb']:7.0f} MB")
     rate = load["records"] / load["seconds"]
-    print(f"time ratios: load_logs / parse floor {load['seconds'] / parse['seconds']:.2f}x, "
-          f"parse floor / gunzip floor {parse['seconds'] / gunzip['seconds']:.2f}x")
+    print(f"load_logs read the log on: {load['path']}")
+    print(f"time ratios: load_logs / gunzip floor {load['seconds'] / gunzip['seconds']:.2f}x "
+          f"(100k records/s is {gunzip['records'] / gunzip['seconds'] / 1e5:.2f}x at this run's gunzip speed), "
+          f"load_logs / parse floor {load['seconds'] / parse['seconds']:.2f}x, "
+          f"parse floor / gunzip floor {parse['seconds'] / gunzip['seconds']:.2f}x"
+          + (f", pyarrow parse floor / gunzip floor {arrow['seconds'] / gunzip['seconds']:.2f}x" if arrow else ""))
     print(f"target >= 100k records/s: {rate / 1e5:.2f}x of target ({'met' if rate >= 1e5 else 'MISSED'}); "
           f"target < 2 GB peak: {load['peak_rss_mb']:.0f} MB ({'met' if load['peak_rss_mb'] < 2048 else 'MISSED'})")
 
