@@ -101,3 +101,48 @@ def test_target_beats_unigram_on_heldout_sample(tok, target):
             x = torch.tensor([ids])
             loss = F.cross_entropy(target(input_ids=x[:, :-1]).logits[0].float(), x[0, 1:]).item()
         assert loss < uni - 0.5, (w, loss, uni)
+
+
+def test_cards_acceptance_tables_are_generated_from_the_named_run():
+    """Each card's acceptance table and quality gates equal what `zoo.cards.acceptance`
+    computes now from the committed run the card names (no number typed by hand)."""
+    import re
+
+    from zoo.cards import acceptance, render_gates
+    text = (TARGET_DIR / "README.md").read_text()
+    m = re.search(r"`runs/(zoo-[^/`]+)/`", text)
+    assert m, "target card names no runs/zoo-* run"
+    run = ZOO_DIR.parent / "runs" / m.group(1)
+    md, gates = acceptance(run)
+    for d in (TARGET_DIR, DRAFT_DIR, MEDUSA_DIR, EAGLE_DIR):
+        card = (d / "README.md").read_text()
+        assert md in card, f"{d}/README.md: acceptance table is stale; run `python -m zoo.cards runs/{run.name}`"
+        assert render_gates(gates) in card
+
+
+def test_copy_probe_separates_a_copier_from_a_uniform_model():
+    """Planted truth: a model that predicts the token `length` positions back scores ~0 on the
+    repeat; a uniform model scores log(V) on both occurrences."""
+    from types import SimpleNamespace
+
+    from zoo.check import copy_probe
+    V, L = 50, 12
+
+    class Fake:
+        config = SimpleNamespace(vocab_size=V)
+
+        def __init__(self, copier):
+            self.copier = copier
+
+        def __call__(self, input_ids):
+            T = input_ids.shape[1]
+            logits = torch.zeros(1, T, V)
+            if self.copier:
+                for t in range(L - 1, T - 1):   # predicts x[t+1] = x[t+1-L]
+                    logits[0, t, input_ids[0, t + 1 - L]] = 50.0
+            return SimpleNamespace(logits=logits)
+
+    u = copy_probe(Fake(False), n=4, length=L)
+    c = copy_probe(Fake(True), n=4, length=L)
+    assert abs(u["first"] - math.log(V)) < 1e-3 and abs(u["second"] - math.log(V)) < 1e-3
+    assert c["second"] < 1e-3 and c["first"] > 1.0

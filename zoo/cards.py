@@ -1,4 +1,7 @@
-"""Model cards for the zoo, written by ``zoo/train.py`` from each stage's training info."""
+"""Model cards for the zoo, written by ``zoo/train.py`` from each stage's training info.
+
+``python -m zoo.cards runs/<zoo run>`` re-renders every card with the acceptance table and
+the quality gates computed from that sweep run (never typed by hand)."""
 from __future__ import annotations
 
 import json
@@ -84,6 +87,14 @@ def render_card(name: str, info: dict, src: dict) -> str:
                   "Test split of each source (never trained on), first tokens in item-id order; "
                   "unigram baseline = add-one-smoothed token frequencies of the training stream.",
                   "", _loss_table(info["heldout"]), ""]
+    if "in_context_copy" in info:
+        c = info["in_context_copy"]
+        lines += ["## In-context copying", "",
+                  f"`python -m zoo.check --copy`: {c['strings']} random strings of {c['length']} "
+                  f"ordinary tokens (seed {c['seed']}), each followed by itself: mean loss "
+                  f"{c['first']:.2f} nats/token on the first occurrence and {c['second']:.2f} on "
+                  f"the repeat (log vocab = {c['log_vocab']:.2f}). A model that copies from its "
+                  "context gets the repeat nearly free.", ""]
     if "heldout_top1_agreement" in info:
         lines += ["## Held-out agreement with the target", "",
                   "Teacher-forced top-1 agreement with the target's greedy token on held-out "
@@ -100,20 +111,84 @@ def render_card(name: str, info: dict, src: dict) -> str:
     return "\n".join(lines)
 
 
-def refresh(acceptance_md: str | None = None):
-    """Re-render every card from its training_info.json (and an acceptance table, if given)."""
+LOOKUP = ("ngram", "suffix")
+MODEL_BASED = ("draft", "medusa", "eagle")
+WELL_ABOVE_ZERO = 0.5   # mean accepted tokens per block a model-based drafter must exceed
+
+
+def acceptance(run) -> tuple[str, list[tuple[str, bool, str]]]:
+    """The card's acceptance table and the issue's quality gates, computed from a sweep run.
+
+    Returns (markdown, gates); each gate is (name, passed, what was measured)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from bandit.logs import load_logs
+    from bandit.replay import summarize
+    run = Path(run)
+    man = json.loads((run / "manifest.json").read_text())
+    s = summarize(load_logs([run]))
+    W, D = list(s.workloads), list(s.drafters)
+    hdr = "| workload | " + " | ".join(D) + " |"
+    rows = [hdr, "|---|" + "---|" * len(D)]
+    for name, vals in [*zip(W, s.table), ("pooled", s.pooled)]:
+        best = int(np.nanargmax(vals))
+        rows.append(f"| {name} | " + " | ".join(f"**{v:.2f}**" if j == best else f"{v:.2f}"
+                                               for j, v in enumerate(vals)) + " |")
+    md = (f"[{man['label']}] `runs/{run.name}/` from `python sweep.py` (dense, greedy, k = {man['k']}, "
+          f"{s.n_prompts:,} prompts over {', '.join(W)}, {s.n_blocks:,} positions), read by "
+          "`bandit.replay`: mean accepted draft tokens per position (bonus token excluded; Medusa "
+          "drafts at most 4). Best per row in bold. Regenerate with "
+          f"`python -m zoo.cards runs/{run.name}`.\n\n" + "\n".join(rows)
+          + "\n\n`ngram` looks up the prompt and the output so far; `suffix` also indexes the "
+          "earlier outputs of the run, so it profits when the target repeats itself across "
+          "prompts. Prompt lookup wins on `copy` only when the target copies its context: see "
+          "the target card's in-context copying probe.")
+    tab = {w: dict(zip(D, row)) for w, row in zip(W, s.table)}
+    gates = []
+    distinct = len({round(float(v), 2) for v in s.pooled}) == len(D)
+    gates.append(("drafters differ", distinct, "pooled means " + ", ".join(f"{d} {v:.2f}" for d, v in zip(D, s.pooled))))
+    models = [d for d in MODEL_BASED if d in D]
+    low = min((tab[w][d], w, d) for w in W for d in models) if models else (float("nan"), "", "")
+    gates.append((f"model-based drafters accept > {WELL_ABOVE_ZERO} on every workload",
+                  bool(low[0] > WELL_ABOVE_ZERO), f"lowest: {low[2]} on {low[1]} {low[0]:.2f}"))
+    if "copy" in tab:
+        lookups = [d for d in LOOKUP if d in D]
+        worst_lookup = min(lookups, key=lambda d: tab["copy"][d])
+        best_model = max(models, key=lambda d: tab["copy"][d])
+        ok = tab["copy"][worst_lookup] > tab["copy"][best_model]
+        hybrid = "".join(f"; {d} (a model drafter extended by lookup) {tab['copy'][d]:.2f}"
+                         for d in D if d not in LOOKUP and d not in MODEL_BASED)
+        gates.append(("every lookup drafter beats every model-based drafter on copy", bool(ok),
+                      f"weakest lookup {worst_lookup} {tab['copy'][worst_lookup]:.2f} vs strongest "
+                      f"model-based {best_model} {tab['copy'][best_model]:.2f}{hybrid}"))
+    return md, gates
+
+
+def render_gates(gates) -> str:
+    return "\n".join(f"- [{'pass' if ok else 'FAIL'}] {name}: {detail}" for name, ok, detail in gates)
+
+
+def refresh(run=None):
+    """Re-render every card from its training_info.json (and the acceptance table of `run`)."""
     from . import ZOO_DIR
     from .corpus import source_info
+    md = None
+    if run is not None:
+        md, gates = acceptance(run)
+        md += "\n\nQuality gates (issue 6), from the same run:\n\n" + render_gates(gates)
     for name in ("target", "draft", "medusa", "eagle"):
         p = ZOO_DIR / name / "training_info.json"
         if not p.exists():
             continue
         info = json.loads(p.read_text())
-        if acceptance_md:
-            info["acceptance"] = acceptance_md
+        if md is not None:
+            info["acceptance"] = md
+            p.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
         (ZOO_DIR / name / "README.md").write_text(render_card(name, info, source_info()))
 
 
 if __name__ == "__main__":
     import sys
-    refresh(open(sys.argv[1]).read() if len(sys.argv) > 1 else None)
+    refresh(sys.argv[1] if len(sys.argv) > 1 else None)

@@ -2,6 +2,7 @@
 own greedy output exactly, on held-out prompts of every CPU workload.
 
     python -m zoo.check [--prompts 2] [--max-new-tokens 64] [--k 8]
+    python -m zoo.check --copy      # in-context copying probe of the target, into its card
 
 Uses the harness engine (``harness/``) in ``live`` mode, one drafter at a time, and compares
 with ``target.generate(do_sample=False)``. Prints one line per drafter and workload with the
@@ -19,13 +20,56 @@ SPECS = ["ngram=ngram", "suffix=suffix", f"draft=draft:path={DRAFT_DIR}",
          "cascade=cascade:of=draft+ngram"]
 
 
+def copy_probe(model, n: int = 16, length: int = 40, seed: int = 0) -> dict:
+    """Does the model copy from its context? Mean loss (nats/token) on the first and on the
+    second occurrence of `n` random strings of `length` ordinary tokens, each repeated once
+    (the classic induction test): a model that copies gets the second nearly free, one that
+    does not scores both near log(vocab)."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    rng = np.random.default_rng(seed)
+    V = model.config.vocab_size
+    first, second = [], []
+    with torch.no_grad():
+        for _ in range(n):
+            s = rng.integers(5, V, size=length)   # ids 0-4 are the special tokens
+            x = torch.as_tensor(np.r_[s, s])[None]
+            lp = F.cross_entropy(model(input_ids=x).logits[0, :-1].float(), x[0, 1:], reduction="none")
+            first.append(lp[:length - 1].mean().item())
+            second.append(lp[length:].mean().item())
+    return {"first": round(float(np.mean(first)), 3), "second": round(float(np.mean(second)), 3),
+            "log_vocab": round(float(np.log(V)), 3), "strings": n, "length": length, "seed": seed}
+
+
+def record_copy_probe() -> dict:
+    import json
+
+    from harness import lm
+    from .cards import refresh
+    res = copy_probe(lm.load_lm(TARGET_DIR))
+    p = TARGET_DIR / "training_info.json"
+    info = json.loads(p.read_text())
+    info["in_context_copy"] = res
+    p.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    refresh()
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m zoo.check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=2, help="prompts per workload")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--copy", action="store_true", help="run the in-context copying probe on the "
+                    "target and record it in its model card instead")
     args = ap.parse_args(argv)
+    if args.copy:
+        r = record_copy_probe()
+        print(f"target: loss on the first occurrence of a random {r['length']}-token string "
+              f"{r['first']:.2f}, on its repeat {r['second']:.2f} (log vocab {r['log_vocab']:.2f})")
+        return 0
     import torch
 
     import workloads as wlmod
