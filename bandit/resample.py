@@ -22,8 +22,10 @@ consumers read it:
   maps a word to its cluster's packed value (0 for a rejected word). A level's sums are then
   one `take` per word read and packed word, and integer sums over runs of L rows, where every
   field is wide enough for L times its column's largest value (so no field can carry into
-  the next), unpacked once per run. Fractional columns, or columns whose sums would not be
-  exact in float64, are summed through the counts.
+  the next); the run sums are added up in two halves of alternate fields (each field then
+  has its neighbour's bits to grow into) and unpacked once per resample (run by run where
+  those bits would not do). Fractional columns, or columns whose sums would not be exact
+  in float64, are summed through the counts.
 
     python bandit/resample.py      # self-check: packed sums == counts @ values, and the time of both
 """
@@ -36,7 +38,7 @@ import numpy as np
 
 CHUNK_CELLS = 1 << 21  # draws per chunk of resamples (resamples x clusters): bounds memory, amortises the loop
 MAX_CHUNK = 8192       # resamples per chunk at most
-TILE_CELLS = 1 << 15   # draws looked up at a time (keeps the lookups in cache; does not change the stream)
+TILE_CELLS = 1 << 17   # draws looked up at a time (bounds the buffers; does not change the stream)
 SLAB_CELLS = 1 << 18   # random words fetched at a time (does not change the stream)
 MAX_RUN = 4096         # most draws summed inside a packed word before unpacking
 MIN_RUN = 8            # below this, one more packed word costs less than unpacking every few draws
@@ -155,12 +157,18 @@ def _layout(spans: list[int], run: int) -> list[list[tuple[int, int]]] | None:
 
 def _plan(spans: list[int], longest: int) -> tuple[int, list[list[tuple[int, int]]]]:
     """(run L, layout): the fewest packed words that allow a run of min(longest, MIN_RUN), then the longest run."""
-    # a field's width only changes just past (2**w - 1) // top, so the best run is one of these (or `longest`)
-    runs = {longest} | {(2 ** w - 1) // top for top in [1] + spans if top for w in range(1, 65)}
-    fits = [(len(lay), -run, run, lay) for run in runs if min(longest, MIN_RUN) <= run <= longest
-            and (lay := _layout(spans, run)) is not None]
-    _, _, run, lay = min(fits, key=lambda x: x[:2])   # spans < 2**53: one field per word always fits
-    return run, lay
+    shortest = min(longest, MIN_RUN)
+    fewest = len(_layout(spans, shortest))   # spans < 2**53: one field per word always fits
+    # a field's width only changes just past (2**w - 1) // top, so the best run is one of these (or `longest`);
+    # widths grow with the run, so bisect for the longest run that still packs into `fewest` words
+    runs = sorted({longest, shortest} | {r for top in [1] + spans if top for w in range(1, 65)
+                                         if shortest <= (r := (2 ** w - 1) // top) <= longest})
+    lo, hi = 0, len(runs) - 1     # runs[lo] fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lay = _layout(spans, runs[mid])
+        lo, hi = (mid, hi) if lay is not None and len(lay) <= fewest else (lo, mid - 1)
+    return runs[lo], _layout(spans, runs[lo])
 
 
 class _Packed:
@@ -171,24 +179,26 @@ class _Packed:
         self.k, self.F, self.cut = k, F, _cut(k)
         self.lookup_word = _size(k) == 16    # index the table by the word itself (else by the drawn cluster)
         rows = max(1, TILE_CELLS // m)   # a tile: rows x (at most m) words, looked up at once
-        self.run, layout = _plan([int(s) for s in vals.max(0)], min(k, MAX_RUN))
+        tops = [1] + [int(s) for s in vals.max(0)]   # each field's largest value per draw (the count's is 1)
+        self.run, layout = _plan(tops[1:], min(k, MAX_RUN))
         if self.run <= rows:             # tiles and runs align: whole runs per tile, or whole tiles per run
             self.rows = rows // self.run * self.run
         else:
             self.rows, self.run = rows, self.run // rows * rows
-        self.fields, self.tables = [], []
+        self.fields, self.halves, self.tables = [], [], []
         for word in layout:
             packed, at, fields = np.zeros(k, np.uint64), 0, []
             for f, width in word:
                 packed += (np.ones(k, np.uint64) if f == 0 else vals[:, f - 1].astype(np.uint64)) << np.uint64(at)
-                fields.append((f, np.uint64(at), np.uint64((1 << width) - 1)))
+                fields.append((f, at, width))
                 at += width
             if self.lookup_word:   # a rejected word finds 0
                 table = np.zeros(1 << 16, np.uint64)
                 table[:self.cut] = np.tile(packed, (1 << 16) // k)
             else:                 # look up the drawn cluster: a rejected word finds the 0 at index k
                 table = np.append(packed, np.uint64(0))
-            self.fields.append(fields)
+            self.fields.append([(f, np.uint64(at), np.uint64((1 << w) - 1)) for f, at, w in fields])
+            self.halves.append(self._halves(fields, tops))
             self.tables.append(table)
         self._idx = np.empty(self.rows * m, np.intp)
         self._g = np.empty(self.rows * m, np.uint64)
@@ -205,12 +215,37 @@ class _Packed:
             out[words >= self.cut] = self.k
         return out
 
+    def _halves(self, fields: list[tuple[int, int, int]], tops: list[int]) -> tuple[list, float]:
+        """A packed word's fields in two alternating halves. Shifted down and masked, a half leaves each of its
+        fields the bits up to the next field of the half (or to the top of the word), so up to `most` run sums
+        add up in one uint64 without a carry: ([(shift, mask, [(field, shift in the half, mask)])], most)."""
+        halves, most = [], float("inf")
+        for half in (fields[0::2], fields[1::2]):
+            if not half:
+                continue
+            base = half[0][1]
+            out = []
+            for i, (f, at, width) in enumerate(half):
+                room = (half[i + 1][1] if i + 1 < len(half) else 64 + base) - at
+                out.append((f, np.uint64(at - base), np.uint64((1 << room) - 1)))
+                if tops[f]:
+                    most = min(most, ((1 << room) - 1) // (self.run * tops[f]))
+            mask = sum(((1 << width) - 1) << (at - base) for _, at, width in half)
+            halves.append((np.uint64(base), np.uint64(mask), out))
+        return halves, most
+
     def _unpack(self, parts: list[np.ndarray]) -> np.ndarray:
         """Per packed word, its run sums (runs, n) -> (n, 1 + F) int64 field sums."""
         out = np.empty((parts[0].shape[1], 1 + self.F), np.int64)
-        for p, fields in zip(parts, self.fields):
-            for f, shift, mask in fields:
-                out[:, f] = ((p >> shift) & mask).sum(0)
+        for p, fields, (halves, most) in zip(parts, self.fields, self.halves):
+            if len(p) <= most:     # add the runs up half by half, then unpack once
+                for shift, mask, half in halves:
+                    q = ((p >> shift) & mask).sum(0)
+                    for f, at, room in half:
+                        out[:, f] = (q >> at) & room
+            else:
+                for f, shift, mask in fields:
+                    out[:, f] = ((p >> shift) & mask).sum(0)
         return out
 
     def __call__(self, live: np.ndarray, need: np.ndarray, source: _Words) -> np.ndarray:
@@ -235,7 +270,10 @@ class _Packed:
                     if full * L < j1 - j0:   # the last, short run (last tile only)
                         g[full * L:].sum(0, out=p[-1])
         s = self._unpack(parts)
-        self.acc[live] += s
+        if live.size == self.m:
+            self.acc += s
+        else:
+            self.acc[live] += s
         return s[:, 0]
 
 
