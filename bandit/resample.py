@@ -38,7 +38,7 @@ import numpy as np
 
 CHUNK_CELLS = 1 << 21  # draws per chunk of resamples (resamples x clusters): bounds memory, amortises the loop
 MAX_CHUNK = 8192       # resamples per chunk at most
-TILE_CELLS = 1 << 17   # draws looked up at a time (bounds the buffers; does not change the stream)
+TILE_CELLS = 1 << 15   # draws looked up at a time (bounds the buffers; does not change the stream)
 SLAB_CELLS = 1 << 18   # random words fetched at a time (does not change the stream)
 MAX_RUN = 4096         # most draws summed inside a packed word before unpacking
 MIN_RUN = 8            # below this, one more packed word costs less than unpacking every few draws
