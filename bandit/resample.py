@@ -27,6 +27,14 @@ consumers read it:
   those bits would not do). Fractional columns, or columns whose sums would not be exact
   in float64, are summed through the counts.
 
+A level's packed run sums are computed by the optional compiled kernel `bandit._resample_kernel`
+(bandit/_resample_kernel.c, built by `pip install -e .` where a C compiler exists) when it is
+importable: it reads the same words (from the bit generator's next_raw, the function behind
+random_raw, through numpy's BitGenerator capsule), rejects and skips them by the same rule and adds
+the same table entries into the same runs, in one pass per word instead of numpy's five (generate,
+reject, cast, `take`, sum), so the sums, and the generator's state after them, are bit-identical.
+Without it the numpy path below runs (the reference).
+
     python bandit/resample.py      # self-check: packed sums == counts @ values, and the time of both
 """
 from __future__ import annotations
@@ -44,6 +52,11 @@ MAX_RUN = 4096         # most draws summed inside a packed word before unpacking
 MIN_RUN = 8            # below this, one more packed word costs less than unpacking every few draws
 EXACT = 2.0 ** 53      # integer sums below this are exact in float64
 _LITTLE = sys.byteorder == "little"
+
+try:   # optional: the compiled kernel for the packed run sums (bit-identical to the numpy path)
+    from bandit import _resample_kernel as _kernel
+except ImportError:
+    _kernel = None
 
 Consumer = Callable[[np.ndarray, np.ndarray, "_Words"], np.ndarray]
 
@@ -252,6 +265,30 @@ class _Packed:
         """The level's words as (D, n): row j holds every live resample's j-th word, so a run of L draws is L rows."""
         D, n, L, rows = int(need.max()), live.size, self.run, self.rows
         parts = [np.zeros((-(-D // L), n), np.uint64) for _ in self.tables]
+        if _kernel is not None:
+            self._kernel_sums(need, source, D, n, parts)
+        else:
+            self._numpy_sums(need, source, D, n, parts)
+        s = self._unpack(parts)
+        if live.size == self.m:
+            self.acc += s
+        else:
+            self.acc[live] += s
+        return s[:, 0]
+
+    def _kernel_sums(self, need: np.ndarray, source: _Words, D: int, n: int, parts: list[np.ndarray]) -> None:
+        """The compiled kernel: the level's D * n words straight from the bit generator's next_raw (random_raw's
+        words, leaving its state as random_raw would); word j of resample i, if j < need[i], adds into run j // L."""
+        if source.n != D * n or source.spare.size:
+            raise RuntimeError("the kernel reads a whole level's words")
+        with source.bitgen.lock:
+            _kernel.level_sums(source.bitgen.capsule, D, np.ascontiguousarray(need, np.int64), self.run, self.k,
+                               self.cut, tuple(self.tables), tuple(parts))
+        source.n = 0
+
+    def _numpy_sums(self, need: np.ndarray, source: _Words, D: int, n: int, parts: list[np.ndarray]) -> None:
+        """The reference path: reject, cast, `take` and sum, a tile of words at a time."""
+        L, rows = self.run, self.rows
         slab = rows * max(1, SLAB_CELLS // (rows * n))   # rows of words fetched at a time
         for s0 in range(0, D, slab):
             words = source.next((min(D, s0 + slab) - s0) * n).reshape(-1, n)
@@ -269,12 +306,6 @@ class _Packed:
                     g[:full * L].reshape(full, L, n).sum(1, out=p[j0 // L:j0 // L + full])
                     if full * L < j1 - j0:   # the last, short run (last tile only)
                         g[full * L:].sum(0, out=p[-1])
-        s = self._unpack(parts)
-        if live.size == self.m:
-            self.acc += s
-        else:
-            self.acc[live] += s
-        return s[:, 0]
 
 
 def _exact_integers(vals: np.ndarray) -> bool:
@@ -322,5 +353,6 @@ if __name__ == "__main__":
     t1 = time.perf_counter()
     ref = np.concatenate([c.astype(float) @ vals for c in count_chunks(strata, B, 0)])
     t2 = time.perf_counter()
+    print(f"compiled kernel: {'used' if _kernel is not None else 'not built (numpy path)'}")
     print(f"{B} resamples of {P} clusters in 4 strata: packed sums {t1 - t0:.3f} s, counts @ values {t2 - t1:.3f} s, "
           f"equal: {np.array_equal(sums, ref)}")

@@ -22,7 +22,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import numpy as np
 import scipy.stats
 
-from bandit import ci
+from bandit import ci, resample
 from bandit.logs import load_logs
 from bandit.simulate import SimConfig, write_sim_run
 
@@ -47,6 +47,7 @@ def main() -> None:
         t_ci = time.perf_counter() - t0
         t = load_logs([pathlib.Path(tmp) / "sim"])
     b = t.blocks()
+    print(f"compiled kernel bandit._resample_kernel: {'used' if resample._kernel is not None else 'not built (numpy path)'}")
     print(f"[SIM] log: {b.n_records} blocks, {t.n_records} records, {len(b.drafters)} drafters, {len(b.workloads)} workloads")
     print(f"bandit/ci.py end to end, {n} resamples (nested selector refits: {min(args.refit, n)}): {t_ci:.1f} s "
           f"(target <= 60 s: {'met' if t_ci <= 60 else 'MISSED'})")
