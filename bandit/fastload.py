@@ -1,24 +1,32 @@
-"""The compiled fast path of `bandit.logs.load_logs`: pyarrow's JSON reader writes columns directly.
+"""The fast paths of `bandit.logs.load_logs`: compiled parsers write columns directly.
 
-Why it exists: with orjson every token, confidence and entropy of a log becomes a Python object
+Why they exist: with orjson every token, confidence and entropy of a log becomes a Python object
 (about 100 per record) before bulk checks turn them into numpy arrays, and that took most of
-`load_logs`' time (issue 2; NEGATIVE_RESULTS.md). pyarrow's reader parses JSON lines in C++
-into typed columns: list columns arrive as offsets plus flat values, so draft lengths, the
-confidence features and every bulk check are numpy operations on them, the parse runs on
-pyarrow's threads without the GIL, and a second thread decompresses the next chunk meanwhile.
-`python bench/bench_logs.py` measures it: pyarrow's parse is now nearly all of the cost.
+`load_logs`' time (issue 2; NEGATIVE_RESULTS.md). Two readers skip those objects, tried in turn:
 
-It is only a fast path. `read_file` returns None whenever a file is anything but plainly valid
-(a parse error, any bulk check failing, a `null`, a blank line, a drafter missing or extra, an
-unreadable gzip stream); `bandit.logs` then reads that file again on its exact path, which
-raises the same `PATH:LINE: FIELD: problem` error as it always did. pyarrow is as strict as the
-exact path with an explicit schema (wrong types, `1.0` or `1e2` for an int, duplicate and
-unknown keys, control characters are parse errors) except where the checks here make up for
-it: it reads NaN and Infinity as numbers, `null` as an absent field, and several objects on
-one line as several records. What it returns is what the exact path would return, array for
-array: the same checks, and the features computed by the same function, passed in by the caller.
+1. `bandit._colparse` (bandit/_colparse.c, built by `pip install -e .` where a C compiler
+   exists): a recognizer specialised to schema v1 that parses decompressed text straight into
+   per-record ints and, per drafter, confidences and entropies laid end to end, checking every
+   field as it goes, with the GIL released while a second thread decompresses the next piece.
+   `_read_compiled` turns its buffers into the batch's arrays with numpy.
+2. pyarrow's JSON reader (when pyarrow is installed): it parses JSON lines in C++ into typed
+   columns; list columns arrive as offsets plus flat values, and every bulk check is a numpy
+   operation on them (`_read_arrow`).
 
-Importing this module raises ImportError without pyarrow; `bandit.logs` then runs without it.
+Both are only fast paths. Each returns None whenever a file is anything but plainly valid in the
+spelling it understands (a parse error, any check failing, a `null`, a blank line, a drafter
+missing or extra, an unknown field, an unreadable gzip stream, ...): the next reader, and in the
+end `bandit.logs`' exact path, reads the file again, and the exact path raises the same
+`PATH:LINE: FIELD: problem` error as it always did. What they return is what the exact path
+would return, array for array: the same checks, floats rounded as Python's float() rounds them,
+and the features computed by the same function, passed in by the caller.
+
+pyarrow is as strict as the exact path with an explicit schema (wrong types, `1.0` or `1e2` for
+an int, duplicate and unknown keys, control characters are parse errors) except where the
+checks here make up for it: it reads NaN and Infinity as numbers, `null` as an absent field, and
+several objects on one line as several records. The compiled parser refuses all of those itself.
+
+This module needs only numpy; each reader is skipped when its library is absent.
 """
 from __future__ import annotations
 
@@ -31,27 +39,37 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.json as pj
+
+_COLPARSE_API = 1        # bandit/_colparse.c's API_VERSION this module speaks
+try:  # the compiled parser, built from bandit/_colparse.c by `pip install -e .` (optional)
+    from bandit import _colparse
+    if getattr(_colparse, "API_VERSION", None) != _COLPARSE_API:  # a stale build: rebuild with `pip install -e .`
+        _colparse = None
+except ImportError:
+    _colparse = None
+try:
+    import pyarrow as pa
+    import pyarrow.json as pj
+except ImportError:
+    pa = pj = None
 
 CHUNK = 1 << 24          # decompressed bytes parsed at a time (bounded memory: ~2 chunks in flight)
 _READ = 1 << 22          # compressed bytes read at a time
 _BLOCK = 1 << 20         # pyarrow's block: the unit its threads parse in parallel
 _SCHEMA_VERSION = 1      # bandit.logs.SCHEMA_VERSION (this module does not import bandit.logs)
 
-_DRAFT = pa.struct([("tokens", pa.list_(pa.int64())), ("accepted", pa.int64()),
-                    ("conf", pa.list_(pa.float64())), ("entropy", pa.list_(pa.float64())),
-                    ("expected_accepted", pa.float64()), ("ms", pa.float64())])
-
 
 class _Unfit(Exception):
     """This file is not for the fast path (or is invalid): the exact path must read it."""
 
 
-def _schema(drafters: Sequence[str]) -> pa.Schema:
+def _schema(drafters: Sequence[str]):
+    draft = pa.struct([("tokens", pa.list_(pa.int64())), ("accepted", pa.int64()),
+                       ("conf", pa.list_(pa.float64())), ("entropy", pa.list_(pa.float64())),
+                       ("expected_accepted", pa.float64()), ("ms", pa.float64())])
     return pa.schema([("v", pa.int64()), ("workload", pa.string()), ("prompt_id", pa.string()),
                       ("pos", pa.int64()), ("block", pa.int64()), ("target_ms", pa.float64()),
-                      ("drafts", pa.struct([(n, _DRAFT) for n in drafters]))])
+                      ("drafts", pa.struct([(n, draft) for n in drafters]))])
 
 
 # ---------------------------------------------------------------- text: decompression and line structure
@@ -134,12 +152,12 @@ def _produce(path: Path, q: queue.Queue, stop: threading.Event) -> None:
 
 # ---------------------------------------------------------------- columns: checks and arrays
 
-def _column(t: pa.Table, name: str) -> pa.Array:
+def _column(t, name: str):
     col = t.column(name)
     return col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
 
 
-def _np(a: pa.Array, dtype, nulls: bool = False):
+def _np(a, dtype, nulls: bool = False):
     """A primitive array as a zero-copy numpy view, or with `nulls` (view, valid mask).
 
     Plain numpy on pyarrow's buffers: `Array.to_numpy` and `fill_null` would import pandas.
@@ -157,7 +175,7 @@ def _np(a: pa.Array, dtype, nulls: bool = False):
     return x, bits[a.offset:a.offset + len(a)].astype(bool)
 
 
-def _ints(a: pa.Array, lo: int = 0) -> np.ndarray:
+def _ints(a, lo: int = 0) -> np.ndarray:
     """A required int column: no nulls, every value >= lo."""
     x = _np(a, np.int64)
     if x.size and x.min() < lo:
@@ -165,15 +183,15 @@ def _ints(a: pa.Array, lo: int = 0) -> np.ndarray:
     return x
 
 
-def _optional(a: pa.Array) -> np.ndarray:
+def _optional(a) -> np.ndarray:
     """An optional number >= 0: float64 with NaN where absent; NaN or infinity written in the file are unfit."""
     x, valid = _np(a, np.float64, nulls=True)
-    if not np.isfinite(x[valid]).all() or (x[valid] < 0).any():
-        raise _Unfit
+    if not np.isfinite(x[valid]).all() or (x[valid] < 0).any() or np.signbit(x[valid]).any():
+        raise _Unfit  # -0.0: written `-0.0` it is -0.0, written `-0` (an int) it is 0.0: the exact path tells
     return x if a.null_count == 0 else np.where(valid, x, np.nan)
 
 
-def _list(a: pa.Array, dtype) -> tuple[np.ndarray, np.ndarray]:
+def _list(a, dtype) -> tuple[np.ndarray, np.ndarray]:
     """(offsets from 0, flat values) of a list column without nulls."""
     if a.null_count:
         raise _Unfit
@@ -181,7 +199,7 @@ def _list(a: pa.Array, dtype) -> tuple[np.ndarray, np.ndarray]:
     return off - off[0], _np(a.flatten(), dtype)
 
 
-def _strings(a: pa.Array) -> list[str]:
+def _strings(a) -> list[str]:
     """A required non-empty string column as Python strings (invalid UTF-8 raises: unfit)."""
     if a.null_count:
         raise _Unfit
@@ -191,7 +209,7 @@ def _strings(a: pa.Array) -> list[str]:
     return a.to_pylist()
 
 
-def _columns(t: pa.Table, names: Sequence[str], schema_names: Sequence[str], features: Callable) -> dict:
+def _columns(t, names: Sequence[str], schema_names: Sequence[str], features: Callable) -> dict:
     """The validated columns of one parsed chunk, as `bandit.logs._Batch` fields (less `line`)."""
     n, D = t.num_rows, len(names)
     v = _ints(_column(t, "v"))
@@ -200,7 +218,7 @@ def _columns(t: pa.Table, names: Sequence[str], schema_names: Sequence[str], fea
     out = {"workload": _strings(_column(t, "workload")), "prompt_id": _strings(_column(t, "prompt_id")),
            "pos": _ints(_column(t, "pos"))}
     blk, has = _np(_column(t, "block"), np.int64, nulls=True)
-    if (blk[has] < 0).any():
+    if (blk[has] < 0).any() or (blk[has] > 2**53).any():  # the exact path carries block through float64
         raise _Unfit
     out["block"] = np.where(has, blk, -1)
     out["target_ms"] = _optional(_column(t, "target_ms"))
@@ -224,8 +242,8 @@ def _columns(t: pa.Table, names: Sequence[str], schema_names: Sequence[str], fea
             raise _Unfit
         if not (np.isfinite(c).all() and np.isfinite(e).all()):
             raise _Unfit
-        if ((c < 0) | (c > 1)).any() or (e < 0).any():
-            raise _Unfit
+        if ((c < 0) | (c > 1)).any() or (e < 0).any() or np.signbit(c).any() or np.signbit(e).any():
+            raise _Unfit  # -0.0 as in `_optional`
         ea, ms = _optional(d.field("expected_accepted")), _optional(d.field("ms"))
         if (ea > L + 1e-9).any():
             raise _Unfit
@@ -241,30 +259,180 @@ def _columns(t: pa.Table, names: Sequence[str], schema_names: Sequence[str], fea
 
 def read_file(path: Path, requested: Sequence[str] | None, names: Sequence[str],
               features: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]):
-    """(first record, column batches, sha256) of one valid file, or None: read it on the exact path.
+    """(first record, column batches, sha256, reader) of one valid file, or None: read it on the exact path.
 
     `requested`: the drafters asked for (then every record must hold them, and its others are
     checked too); else `names`, the drafters already fixed by an earlier file, or () to take the
     first record's. `features(conf, entropy, lengths)` computes the (n, 4) confidence features.
-    Each batch is a dict of `bandit.logs._Batch` fields.
+    Each batch is a dict of `bandit.logs._Batch` fields; `reader` names the reader that read it
+    ("compiled" or "pyarrow"). The compiled reader goes first, then pyarrow's, each only when its
+    library is there, each reading the file from the start.
     """
     if requested and len(set(requested)) != len(requested):
         return None
+    for name, reader, available in (("compiled", _read_compiled, _colparse is not None),
+                                    ("pyarrow", _read_arrow, pa is not None)):
+        if available:
+            out = reader(Path(path), requested, names, features)
+            if out is not None:
+                return (*out, name)
+    return None
+
+
+def _run(produce, consume, path: Path, *args):
+    """consume(queue, *args) while a thread runs produce(path, queue, stop); None if either fails."""
     q: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
-    worker = threading.Thread(target=_produce, args=(Path(path), q, stop), daemon=True)
+    worker = threading.Thread(target=produce, args=(path, q, stop), daemon=True)
     worker.start()
     try:
-        return _consume(q, requested, names, features)
-    except Exception:  # _Unfit, a pyarrow parse error, invalid UTF-8, anything unforeseen
+        return consume(q, *args)
+    except Exception:  # _Unfit, a parse error, invalid UTF-8, anything unforeseen
         return None
     finally:
         stop.set()
         worker.join()
 
 
+def _drafter_names(first, requested, names) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(drafters loaded, drafters every record must hold exactly) given the first record."""
+    have = first.get("drafts") if isinstance(first, dict) else None
+    if not isinstance(have, dict) or not have:
+        raise _Unfit
+    if requested:
+        names = tuple(requested)
+        return names, names + tuple(sorted(set(have) - set(names)))
+    names = tuple(names) or tuple(sorted(have))
+    return names, names
+
+
+# ---------------------------------------------------------------- the compiled reader (bandit/_colparse.c)
+
+def _pieces(path: Path, h):
+    """Decompressed text in pieces of at most CHUNK bytes, cut anywhere; raises on a bad gzip stream."""
+    with open(path, "rb") as f:
+        if not path.name.endswith(".gz"):
+            while raw := f.read(_READ):
+                h.update(raw)
+                yield raw
+            return
+        d = zlib.decompressobj(wbits=31)
+        while raw := f.read(_READ):
+            h.update(raw)
+            while True:
+                out = d.decompress(raw, CHUNK)  # bounded: a tiny file may inflate to anything
+                if out:
+                    yield out
+                if d.eof:
+                    raw = d.unused_data
+                    if not raw:
+                        break
+                    d = zlib.decompressobj(wbits=31)  # concatenated gzip members
+                else:
+                    raw = d.unconsumed_tail
+                    if not raw and len(out) < CHUNK:
+                        break
+    if not d.eof:
+        raise _Unfit  # truncated
+
+
+def _produce_pieces(path: Path, q: queue.Queue, stop: threading.Event) -> None:
+    """Thread: put ("piece", bytes) items, then ("end", sha256), or ("unfit", None) at the first problem."""
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    h = hashlib.sha256()
+    try:
+        for piece in _pieces(path, h):
+            if not put(("piece", piece)):
+                return
+        put(("end", h.hexdigest()))
+    except Exception:  # a bad gzip stream, or anything unforeseen: the exact path reports it
+        put(("unfit", None))
+
+
+def _read_compiled(path: Path, requested, names, features):
+    return _run(_produce_pieces, _consume_compiled, path, requested, names, features)
+
+
+def _decode(raw: bytes) -> str:
+    """A string's raw JSON text (the parser checked it: strict UTF-8, valid escapes) as json decodes it."""
+    return json.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()
+
+
+def _consume_compiled(q: queue.Queue, requested, names, features):
+    """Feed each piece to the parser as it arrives and turn what it parsed into a batch; raises when unfit."""
+    parser, head, batches, pairs, line, keep = None, [], [], [], 1, []
+    while True:
+        kind, data = q.get()
+        if kind == "unfit":
+            raise _Unfit
+        if parser is None:  # hold the pieces until the first line is whole: its drafters set the parser up
+            if kind == "piece":
+                head.append(data)
+                if b"\n" not in data:
+                    if sum(map(len, head)) > 1 << 28:
+                        raise _Unfit
+                    continue
+            text = b"".join(head)
+            if not text.strip():
+                raise _Unfit  # no records (or a blank first line): the exact path says so
+            first = json.loads(text[:text.index(b"\n")] if b"\n" in text else text)
+            names, schema_names = _drafter_names(first, requested, names)
+            parser = _colparse.Parser([n.encode() for n in schema_names], [n in names for n in schema_names])
+            keep = [schema_names.index(n) for n in names]
+            ok = parser.feed(text)
+            del text, head
+        else:
+            ok = parser.feed(data) if kind == "piece" else True
+        if not ok or (kind == "end" and not parser.finish()):
+            raise _Unfit
+        b = _take(parser, keep, pairs, features)
+        if b is not None:
+            b["line"] = np.arange(line, line + len(b["pos"]), dtype=np.int64)
+            line += len(b["pos"])
+            batches.append(b)
+        if kind == "end":
+            if line == 1:
+                raise _Unfit
+            return first, batches, data  # `data` holds the sha256 here
+
+
+def _take(parser, keep: list[int], pairs: list, features) -> dict | None:
+    """The records parsed since the last take as a batch (a dict of `bandit.logs._Batch` fields), or None."""
+    n, pos, block, tms, code, new_pairs, cols = parser.take()
+    pairs += [(_decode(w), _decode(p)) for w, p in new_pairs]  # codes index this one list of the file
+    if not n:
+        return None
+    D = len(keep)
+    acc_out = np.empty((n, D), np.int32); len_out = np.empty((n, D), np.int32)
+    exp_out = np.empty((n, D)); ms_out = np.empty((n, D)); feat_out = np.empty((n, D, 4))
+    for jj, j in enumerate(keep):
+        acc, L, ea, ms, c, e = cols[j]
+        L = np.frombuffer(L, np.int64)
+        acc_out[:, jj], len_out[:, jj] = np.frombuffer(acc, np.int64), L
+        exp_out[:, jj], ms_out[:, jj] = np.frombuffer(ea, np.float64), np.frombuffer(ms, np.float64)
+        feat_out[:, jj] = features(np.frombuffer(c, np.float64), np.frombuffer(e, np.float64), L)
+    return dict(workload=None, prompt_id=None, pairs=pairs, code=np.frombuffer(code, np.int32),
+                pos=np.frombuffer(pos, np.int64), block=np.frombuffer(block, np.int64),
+                target_ms=np.frombuffer(tms, np.float64), accepted=acc_out, draft_len=len_out,
+                expected=exp_out, features=feat_out, ms=ms_out)
+
+
+# ---------------------------------------------------------------- the pyarrow reader
+
+def _read_arrow(path: Path, requested, names, features):
+    return _run(_produce, _consume, path, requested, names, features)
+
+
 def _consume(q: queue.Queue, requested, names, features):
-    """read_file's loop: parse each chunk as it arrives, check it, turn it into arrays; raises when unfit."""
+    """The pyarrow reader's loop: parse each chunk as it arrives, check it, turn it into arrays; raises when unfit."""
     first, schema_names, opts, batches, line = None, (), None, [], 1
     ropts = pj.ReadOptions(use_threads=True, block_size=_BLOCK)
     while True:
@@ -277,15 +445,7 @@ def _consume(q: queue.Queue, requested, names, features):
             return first, batches, lines  # `lines` holds the sha256 here
         if first is None:
             first = json.loads(chunk[:chunk.find(b"\n")] if b"\n" in chunk else chunk)
-            have = first.get("drafts") if isinstance(first, dict) else None
-            if not isinstance(have, dict) or not have:
-                raise _Unfit
-            if requested:
-                names = tuple(requested)
-                schema_names = tuple(names) + tuple(sorted(set(have) - set(names)))
-            else:
-                names = tuple(names) or tuple(sorted(have))
-                schema_names = names
+            names, schema_names = _drafter_names(first, requested, names)
             opts = pj.ParseOptions(explicit_schema=_schema(schema_names), unexpected_field_behavior="error")
         t = pj.read_json(pa.BufferReader(chunk), read_options=ropts, parse_options=opts)
         del chunk

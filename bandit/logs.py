@@ -33,10 +33,9 @@ try:  # 5-10x faster parsing; the stdlib parser gives identical results
 except ImportError:  # pragma: no cover
     _fastjson = None
 
-try:  # the compiled fast path (bandit/fastload.py, pyarrow); without it every file takes the paths below
-    from bandit import fastload as _fastload
-except ImportError:  # pragma: no cover
-    _fastload = None
+# The fast paths (bandit/fastload.py): the compiled parser bandit/_colparse.c, then pyarrow's
+# reader, each used when present; a file neither reads takes the paths below.
+from bandit import fastload as _fastload
 
 SCHEMA_VERSION = 1
 FEATURES = ("conf_mean", "conf_min", "conf_first", "ent_mean")
@@ -457,8 +456,8 @@ def _is_dense(prompt: np.ndarray, pos: np.ndarray) -> bool:
 class _Batch:
     """Columns of n validated records of one file (D drafters, in the order asked for)."""
     line: np.ndarray               # (n,) int64
-    workload: list[str]
-    prompt_id: list[str]
+    workload: list[str] | None     # None when `pairs` and `code` say it
+    prompt_id: list[str] | None
     pos: np.ndarray                # (n,) int64
     block: np.ndarray              # (n,) int64, -1 where absent
     target_ms: np.ndarray          # (n,) float64
@@ -467,6 +466,17 @@ class _Batch:
     expected: np.ndarray           # (n, D) float64
     features: np.ndarray           # (n, D, 4) float64
     ms: np.ndarray                 # (n, D) float64
+    pairs: list | None = None      # distinct (workload, prompt_id) pairs (may be shared by a file's batches)
+    code: np.ndarray | None = None  # (n,) int32: index into `pairs`
+
+    def keys(self) -> tuple[list, np.ndarray]:
+        """(distinct (workload, prompt_id) pairs, (n,) int32 index of each record's pair)."""
+        if self.code is not None:
+            return self.pairs, self.code
+        idx: dict = {}
+        code = np.fromiter((idx.setdefault(k, len(idx)) for k in zip(self.workload, self.prompt_id)),
+                           np.int32, len(self.workload))
+        return list(idx), code
 
 
 def _types(xs) -> set:
@@ -488,8 +498,16 @@ def _features(c: np.ndarray, e: np.ndarray, L: np.ndarray) -> np.ndarray:
     The one implementation of the features in bulk: every loading path calls it, so that they
     agree to the last bit (its sums may differ from `draft_features`' in the last place).
     """
-    f = np.tile(np.asarray(EMPTY_DRAFT_FEATURES), (len(L), 1))
     nz = L > 0
+    if nz.all():  # no empty draft: the same operations on every row, without the masks
+        start = np.cumsum(L) - L
+        f = np.empty((len(L), len(FEATURES)))
+        f[:, 0] = np.add.reduceat(c, start) / L
+        f[:, 1] = np.minimum.reduceat(c, start)
+        f[:, 2] = c[start]
+        f[:, 3] = np.add.reduceat(e, start) / L
+        return f
+    f = np.tile(np.asarray(EMPTY_DRAFT_FEATURES), (len(L), 1))
     if nz.any():
         start = (np.cumsum(L) - L)[nz]  # empty drafts add no values, so reduceat's segments are exact
         f[nz, 0] = np.add.reduceat(c, start) / L[nz]
@@ -631,14 +649,15 @@ class _Drafters:
 def _read_file(path: Path, dr: _Drafters) -> tuple[list[_Batch], str]:
     """Every record of one file as validated column batches, and the file's sha256.
 
-    Three paths, each giving identical arrays: pyarrow's compiled reader for the whole file
-    (bandit/fastload.py); else orjson and bulk checks batch by batch; a batch that fails those
-    is re-read record by record with the exact checks, which name the file, line and field.
+    Three paths, each giving identical arrays: a compiled reader for the whole file (the parser
+    of bandit/_colparse.c, else pyarrow's; bandit/fastload.py); else orjson and bulk checks batch
+    by batch; a batch that fails those is re-read record by record with the exact checks, which
+    name the file, line and field.
     """
     if _fastload is not None:
         fast = _fastload.read_file(path, dr.requested, dr.names, _features)
         if fast is not None:
-            first, cols, digest = fast
+            first, cols, digest, _reader = fast
             dr.fix(first, path, 1)
             return [_Batch(**c) for c in cols], digest
     reader = _Lines(path)
@@ -675,33 +694,39 @@ def _read_file(path: Path, dr: _Drafters) -> tuple[list[_Batch], str]:
 
 def _assemble(batches: list[_Batch], file_idx: np.ndarray, files: list[Path], names: tuple[str, ...]) -> BlockTable:
     """One table from every file's batches: codes for names, records sorted, duplicates located."""
-    wl = list(chain.from_iterable(b.workload for b in batches))
-    keys = list(zip(wl, chain.from_iterable(b.prompt_id for b in batches)))
-    R = len(keys)
-    workloads = tuple(sorted(set(wl)))
-    uniq = sorted(set(keys))
+    keyed = [b.keys() for b in batches]
+    uniq = sorted(set(chain.from_iterable(pairs for pairs, _ in keyed)))
+    workloads = tuple(sorted({w for w, _ in uniq}))
     pmap = {k: i for i, k in enumerate(uniq)}
     wmap = {w: i for i, w in enumerate(workloads)}
-    prompt = np.fromiter(map(pmap.__getitem__, keys), np.int32, R)
-    workload = np.fromiter(map(wmap.__getitem__, wl), np.int32, R)
-    del wl, keys
+    lut: dict[int, np.ndarray] = {}  # per distinct pairs list (a file's batches may share one)
+    for pairs, _ in keyed:
+        if id(pairs) not in lut:
+            lut[id(pairs)] = np.fromiter(map(pmap.__getitem__, pairs), np.int32, len(pairs))
+    prompt = np.concatenate([lut[id(pairs)][code] for pairs, code in keyed]).astype(np.int32, copy=False)
+    workload = np.fromiter((wmap[w] for w, _ in uniq), np.int32, len(uniq))[prompt]
+    del keyed, lut
     cat = lambda f: np.concatenate([getattr(b, f) for b in batches])
     pos, line = cat("pos"), cat("line")
-    order = np.lexsort((pos, prompt))  # stable: equal keys keep file order
-    dup = (np.diff(prompt[order]) == 0) & (np.diff(pos[order]) == 0)
-    if dup.any():
-        later = order[1:][dup]
-        i = int(later.min())  # the first record, in reading order, whose key was seen before
-        k = int(np.flatnonzero(order == i)[0])
-        j = int(order[k - 1])
-        while k > 1 and prompt[order[k - 2]] == prompt[i] and pos[order[k - 2]] == pos[i]:
-            k -= 1
+    dp = np.diff(prompt)
+    if ((dp > 0) | ((dp == 0) & (np.diff(pos) > 0))).all():
+        take = lambda a: a  # records already in order, no key twice: the stable sort below is the identity
+    else:
+        order = np.lexsort((pos, prompt))  # stable: equal keys keep file order
+        dup = (np.diff(prompt[order]) == 0) & (np.diff(pos[order]) == 0)
+        if dup.any():
+            later = order[1:][dup]
+            i = int(later.min())  # the first record, in reading order, whose key was seen before
+            k = int(np.flatnonzero(order == i)[0])
             j = int(order[k - 1])
-        w, p = uniq[prompt[i]]
-        raise LogError(files[file_idx[i]], int(line[i]), "pos",
-                       f"duplicate record for workload={w!r} prompt_id={p!r} pos={pos[i]} "
-                       f"(first at {files[file_idx[j]]}:{line[j]})")
-    take = lambda a: a[order]
+            while k > 1 and prompt[order[k - 2]] == prompt[i] and pos[order[k - 2]] == pos[i]:
+                k -= 1
+                j = int(order[k - 1])
+            w, p = uniq[prompt[i]]
+            raise LogError(files[file_idx[i]], int(line[i]), "pos",
+                           f"duplicate record for workload={w!r} prompt_id={p!r} pos={pos[i]} "
+                           f"(first at {files[file_idx[j]]}:{line[j]})")
+        take = lambda a: a[order]
     return BlockTable(
         drafters=tuple(names), workloads=workloads, prompt_ids=tuple(f"{w}/{p}" for w, p in uniq),
         workload=take(workload), prompt=take(prompt), pos=take(pos), block=take(cat("block")),
@@ -713,9 +738,10 @@ def _assemble(batches: list[_Batch], file_idx: np.ndarray, files: list[Path], na
 def load_logs(paths: Sequence[str | Path], drafters: Sequence[str] | None = None) -> BlockTable:
     """Load and validate logs into one `BlockTable`; raises `LogError` at the first problem.
 
-    Reads each file with pyarrow's compiled JSON reader where it can (bandit/fastload.py), else
-    streams it in batches validated in bulk; a file the fast path refuses and a batch that fails
-    a bulk check are re-read with the exact reference checks, which name the file, line and field.
+    Reads each file with a compiled reader where it can (bandit/fastload.py: the parser of
+    bandit/_colparse.c, else pyarrow's JSON reader), else streams it in batches validated in
+    bulk; a file the compiled readers refuse and a batch that fails a bulk check are re-read
+    with the exact reference checks, which name the file, line and field.
     Refuses to pool runs of different campaigns (DESIGN.md): simulated with measured, or
     different targets, drafters, k or temperature.
     """

@@ -3,13 +3,14 @@
 Targets (issue 2): >= 100k records/s and < 2 GB peak RSS. Each measurement runs in a fresh
 subprocess and reads its own peak RSS from /proc/self/status VmHWM (`ru_maxrss` would survive
 the fork+exec and report the parent's peak, e.g. that of writing the log).
-Side by side in the same run, three floors: decompression alone, decompression + orjson
-parse of every line (nothing kept), and decompression + pyarrow's parse into columns as
-`bandit/fastload.py` runs it (no checks, no arrays; skipped without pyarrow); the ratios say
-what parsing, validation and the table cost on this machine, whatever its load. It also says
-which path `load_logs` read the log on.
+Side by side in the same run, floors: decompression alone, decompression + orjson parse of
+every line (nothing kept), decompression + pyarrow's parse into columns as `bandit/fastload.py`
+runs it (no checks, no arrays; skipped without pyarrow), and decompression + the compiled
+parser of bandit/_colparse.c as fastload runs it (its own checks, no arrays; skipped when it is
+not built); the ratios say what parsing, validation and the table cost on this machine,
+whatever its load. It also says which path `load_logs` read the log on.
 
-    python bench/bench_logs.py [--records 1000000] [--orjson]   # the log is cached in bench/out/
+    python bench/bench_logs.py [--records 1000000] [--pyarrow] [--orjson]   # the log is cached in bench/out/
 """
 from __future__ import annotations
 
@@ -29,21 +30,23 @@ sys.path.insert(0, {root!r})
 path, mode = {path!r}, {mode!r}
 t0 = time.perf_counter()
 path_ran = None
-if mode in ("load", "load-orjson"):
-    from bandit import logs
+if mode.startswith("load"):
+    from bandit import logs, fastload
     if mode == "load-orjson":
         logs._fastload = None
-        path_ran = "orjson/exact path (pyarrow switched off)"
-    elif logs._fastload is not None:  # which path read the file: pyarrow's (fast) or orjson + exact checks
-        real = logs._fastload.read_file
-        def spy(*a, **k):
+        path_ran = "orjson/exact path (compiled readers switched off)"
+    else:
+        if mode == "load-pyarrow":
+            fastload._colparse = None
+        real = fastload.read_file
+        def spy(*a, **k):  # which path read the file
             global path_ran
             out = real(*a, **k)
-            path_ran = "pyarrow fast path" if out is not None else "orjson/exact path (pyarrow refused the file)"
+            have = [n for n, m in (("compiled parser", fastload._colparse), ("pyarrow", fastload.pa)) if m is not None]
+            path_ran = (f"{{out[3]}} fast path ({{'bandit/_colparse.c' if out[3] == 'compiled' else 'pyarrow'}})"
+                        if out is not None else f"orjson/exact path (refused by: {{', '.join(have) or 'none installed'}})")
             return out
-        logs._fastload.read_file = spy
-    elif mode == "load":
-        path_ran = "orjson/exact path (pyarrow not installed)"
+        fastload.read_file = spy
     t = logs.load_logs([path])
     n = t.n_records
 elif mode == "arrow":  # fastload's pipeline (decompressing thread, pyarrow parse) without checks or arrays
@@ -55,6 +58,21 @@ elif mode == "arrow":  # fastload's pipeline (decompressing thread, pyarrow pars
     ro, n = pj.ReadOptions(use_threads=True, block_size=fastload._BLOCK), 0
     while (item := q.get())[0] not in ("end", "unfit"):
         n += pj.read_json(pa.BufferReader(item[0]), read_options=ro).num_rows
+elif mode == "compiled":  # fastload's pipeline (decompressing thread, compiled parser) without numpy arrays
+    import json as _json, queue, threading
+    from pathlib import Path
+    from bandit import fastload, _colparse
+    q, stop = queue.Queue(maxsize=2), threading.Event()
+    threading.Thread(target=fastload._produce_pieces, args=(Path(path), q, stop), daemon=True).start()
+    parser, n = None, 0
+    while (item := q.get())[0] == "piece":
+        if parser is None:
+            names = sorted(_json.loads(item[1][:item[1].index(b"\n")])["drafts"])
+            parser = _colparse.Parser([x.encode() for x in names], [True] * len(names))
+        assert parser.feed(item[1]), parser.why
+        n += parser.take()[0]
+    assert parser.finish()
+    n += parser.take()[0]
 elif mode == "gunzip":
     import zlib
     d, n = zlib.decompressobj(wbits=31), 0
@@ -86,7 +104,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
-    ap.add_argument("--orjson", action="store_true", help="also time load_logs with the pyarrow fast path off")
+    ap.add_argument("--pyarrow", action="store_true", help="also time load_logs with the compiled parser off")
+    ap.add_argument("--orjson", action="store_true", help="also time load_logs with both compiled readers off")
     args = ap.parse_args()
     from bandit.simulate import SimConfig, write_sim_run
     n_prompts = max(1, args.records // (4 * 500))
@@ -100,16 +119,19 @@ def main() -> None:
     gunzip = _measure(path, "gunzip")
     parse = _measure(path, "parse")
     rows = [("gunzip floor", gunzip), ("parse floor (gzip+orjson)", parse)]
-    try:
-        import pyarrow  # noqa: F401
-        arrow = _measure(path, "arrow")
+    from bandit import fastload
+    arrow = _measure(path, "arrow") if fastload.pa is not None else None
+    if arrow:
         rows.append(("parse floor (gzip+pyarrow)", arrow))
-    except ImportError:
-        arrow = None
+    compiled = _measure(path, "compiled") if fastload._colparse is not None else None
+    if compiled:
+        rows.append(("parse floor (gzip+compiled)", compiled))
     load = _measure(path, "load")
     rows.append(("load_logs", load))
+    if args.pyarrow:
+        rows.append(("load_logs, compiled off", _measure(path, "load-pyarrow")))
     if args.orjson:
-        rows.append(("load_logs, pyarrow off", _measure(path, "load-orjson")))
+        rows.append(("load_logs, both off", _measure(path, "load-orjson")))
     for name, m in rows:
         print(f"{name:28s} {m['records']:>9d} records  {m['seconds']:7.2f} s  "
               f"{m['records'] / m['seconds'] / 1e3:8.1f} k records/s  peak RSS {m['peak_rss_mb']:7.0f} MB")
@@ -119,7 +141,8 @@ def main() -> None:
           f"(100k records/s is {gunzip['records'] / gunzip['seconds'] / 1e5:.2f}x at this run's gunzip speed), "
           f"load_logs / parse floor {load['seconds'] / parse['seconds']:.2f}x, "
           f"parse floor / gunzip floor {parse['seconds'] / gunzip['seconds']:.2f}x"
-          + (f", pyarrow parse floor / gunzip floor {arrow['seconds'] / gunzip['seconds']:.2f}x" if arrow else ""))
+          + (f", pyarrow parse floor / gunzip floor {arrow['seconds'] / gunzip['seconds']:.2f}x" if arrow else "")
+          + (f", compiled parse floor / gunzip floor {compiled['seconds'] / gunzip['seconds']:.2f}x" if compiled else ""))
     print(f"target >= 100k records/s: {rate / 1e5:.2f}x of target ({'met' if rate >= 1e5 else 'MISSED'}); "
           f"target < 2 GB peak: {load['peak_rss_mb']:.0f} MB ({'met' if load['peak_rss_mb'] < 2048 else 'MISSED'})")
 

@@ -1,8 +1,11 @@
-"""The pyarrow fast path (bandit/fastload.py) against the exact path: identical tables, identical errors.
+"""The compiled fast paths (bandit/fastload.py) against the exact path: identical tables, identical errors.
 
-Every comparison loads the same inputs twice, with the fast path and with it switched off
-(`logs._fastload = None`: orjson bulk checks, then the exact per-record checks), and requires
-the same BlockTable array for array, dtype and bytes, or the same `PATH:LINE: FIELD: problem`.
+Two readers: the parser of bandit/_colparse.c ("compiled", built by `pip install -e .`) and
+pyarrow's JSON reader ("pyarrow"). Every comparison runs with each of them alone (the other
+switched off; a reader whose library is absent is skipped) and loads the same inputs again
+with both off (`logs._fastload = None`: orjson bulk checks, then the exact per-record checks),
+and requires the same BlockTable array for array, dtype and bytes, or the same
+`PATH:LINE: FIELD: problem`. tests/test_colparse.py tests the compiled parser on its own.
 """
 import copy
 import gzip
@@ -14,8 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("pyarrow")
-
 import bandit.logs as logs
 from bandit import fastload
 from bandit.logs import LogError, load_logs
@@ -25,15 +26,29 @@ from test_logs import BAD_FIELDS, GOOD, _draft, _records, _write
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(params=["compiled", "pyarrow"])
+def reader(request, monkeypatch):
+    """The fast reader under test, the other switched off."""
+    if request.param == "compiled":
+        if fastload._colparse is None:
+            pytest.skip("bandit._colparse is not built (`pip install -e .` builds it)")
+        monkeypatch.setattr(fastload, "pa", None)
+    else:
+        if fastload.pa is None:
+            pytest.skip("pyarrow is not installed")
+        monkeypatch.setattr(fastload, "_colparse", None)
+    return request.param
+
+
 @pytest.fixture
-def runs(monkeypatch):
-    """Count what the fast path did: files it read ('fast') and files it handed back (None)."""
+def runs(monkeypatch, reader):
+    """Which reader read each file ("compiled", "pyarrow"), None for a file handed to the exact path."""
     seen = []
     real = fastload.read_file
 
     def spy(*a, **k):
         out = real(*a, **k)
-        seen.append("fast" if out is not None else None)
+        seen.append(out[3] if out is not None else None)
         return out
     monkeypatch.setattr(fastload, "read_file", spy)
     return seen
@@ -81,14 +96,14 @@ def _write_records(path: Path, recs, gz: bool = False) -> Path:
 # ---------------------------------------------------------------- identical tables
 
 @pytest.mark.parametrize("dense", [True, False], ids=["dense", "sparse"])
-def test_simulated_logs_identical(tmp_path, runs, monkeypatch, dense):
+def test_simulated_logs_identical(tmp_path, reader, runs, monkeypatch, dense):
     monkeypatch.setattr(fastload, "CHUNK", 1 << 15)  # many chunks, each parsed and checked on its own
     path = write_sim_run(SimConfig(n_prompts=3, out_len=40, dense=dense, seed=3), tmp_path / "run")
     t = _same_table([path])
-    assert runs == ["fast"] and t.dense == dense and t.has_block_flags and t.label == "SIM"
+    assert runs == [reader] and t.dense == dense and t.has_block_flags and t.label == "SIM"
 
 
-def test_unflagged_log_with_expected_accepted_identical(tmp_path, runs):
+def test_unflagged_log_with_expected_accepted_identical(tmp_path, reader, runs):
     """No `block` anywhere, no target_ms; expected_accepted and ms on some drafters, ints among the floats."""
     recs = simulate(SimConfig(n_prompts=2, out_len=30, seed=4))
     for i, r in enumerate(recs):
@@ -102,12 +117,12 @@ def test_unflagged_log_with_expected_accepted_identical(tmp_path, runs):
         r["drafts"]["cascade"]["conf"] = [1 if x > 0.5 else 0 for x in r["drafts"]["cascade"]["conf"]]
     path = _write_records(tmp_path / "blocks_u.jsonl.gz", recs, gz=True)
     t = _same_table([path])
-    assert runs == ["fast"] and not t.has_block_flags
+    assert runs == [reader] and not t.has_block_flags
     assert np.isfinite(t.expected_accepted).any() and np.isnan(t.expected_accepted).any()
     assert np.isnan(t.target_ms).all() and np.isnan(t.ms).any()
 
 
-def test_pooled_campaign_flagged_and_unflagged_files_identical(tmp_path, runs):
+def test_pooled_campaign_flagged_and_unflagged_files_identical(tmp_path, reader, runs):
     """Two files of one campaign (one manifest), one flagged and one not, plus a drafter subset."""
     recs = simulate(SimConfig(n_prompts=2, out_len=24, seed=6))
     half = len(recs) // 2
@@ -119,20 +134,20 @@ def test_pooled_campaign_flagged_and_unflagged_files_identical(tmp_path, runs):
     _write_records(run / "blocks_a.jsonl", recs[:half])
     _write_records(run / "blocks_b.jsonl.gz", recs[half:], gz=True)
     t = _same_table([run])
-    assert runs == ["fast", "fast"] and len(t.sources) == 2 and t.label == "SIM"
+    assert runs == [reader, reader] and len(t.sources) == 2 and t.label == "SIM"
     _same_table([run], ["ngram", "cascade"])  # a subset, in the order asked for
-    assert runs[2:] == ["fast", "fast"]
+    assert runs[2:] == [reader, reader]
 
 
-def test_hand_written_and_shipped_logs_identical(runs):
+def test_hand_written_and_shipped_logs_identical(reader, runs):
     paths = [ROOT / "tests" / "data" / "blocks_tiny_sparse.jsonl", ROOT / "tests" / "data" / "blocks_tiny_dense.jsonl"]
     for p in paths:
         _same_table([p])
     _same_table([ROOT / "runs" / "sim"])
-    assert set(runs) == {"fast"}
+    assert set(runs) == {reader}
 
 
-def test_json_spelling_the_fast_path_reads(tmp_path, runs):
+def test_json_spelling_the_fast_path_reads(tmp_path, reader, runs):
     """Spaces after separators (json.dumps' default), escapes and non-ASCII in strings, no final newline."""
     recs = _records(5)
     recs[1]["prompt_id"] = "p\u00e9/\"q\""
@@ -140,13 +155,13 @@ def test_json_spelling_the_fast_path_reads(tmp_path, runs):
     path = tmp_path / "blocks_s.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in recs))
     t = _same_table([path])
-    assert runs == ["fast"] and t.workloads == ("w", "w\u2603")
+    assert runs == [reader] and t.workloads == ("w", "w\u2603")
 
 
 # ---------------------------------------------------------------- handed to the exact path, same result
 
 @pytest.mark.parametrize("what,mutate,field", BAD_FIELDS, ids=[b[0] for b in BAD_FIELDS])
-def test_bad_record_same_error(tmp_path, runs, what, mutate, field):
+def test_bad_record_same_error(tmp_path, reader, runs, what, mutate, field):
     recs = _records(7)
     recs[3] = mutate(recs[3])
     e = _same_error([_write(tmp_path, recs)])
@@ -162,7 +177,7 @@ def test_bad_record_same_error(tmp_path, runs, what, mutate, field):
     ("pos in exponent form", '"pos": 3e0', "pos"),
     ("huge accepted", '"accepted": 99999999999999999999', "drafts.x.accepted"),
 ])
-def test_arrow_lenient_spellings_same_error(tmp_path, runs, what, line, field):
+def test_arrow_lenient_spellings_same_error(tmp_path, reader, runs, what, line, field):
     """What pyarrow reads without complaint (NaN, null as absent, 1.0 as a number) still fails, identically."""
     key = line.split(":")[0]
     text = [json.dumps(r) for r in _records(6)]
@@ -179,8 +194,12 @@ def test_arrow_lenient_spellings_same_error(tmp_path, runs, what, line, field):
 @pytest.mark.parametrize("what", ["blank line", "two records on a line", "CRLF", "trailing blank lines",
                                   "record over two lines", "unknown field", "null in a string", "huge token",
                                   "drafter missing", "drafter extra", "line over a block"])
-def test_shapes_the_fast_path_refuses_load_the_same(tmp_path, runs, monkeypatch, what):
-    """Valid or not, a shape the fast path does not read goes the exact path and ends the same."""
+def test_shapes_the_fast_path_refuses_load_the_same(tmp_path, reader, runs, monkeypatch, what):
+    """Valid or not, a shape a fast reader does not read goes the exact path and ends the same.
+
+    The compiled parser reads three of them: `\r` is JSON whitespace, "null" inside a string is
+    text, and it has no block size; pyarrow's reader refuses all.
+    """
     monkeypatch.setattr(fastload, "_BLOCK", 1 << 12)
     recs = [json.dumps(r, separators=(",", ":")) for r in _records(6)]
     if what == "blank line":
@@ -217,10 +236,11 @@ def test_shapes_the_fast_path_refuses_load_the_same(tmp_path, runs, monkeypatch,
         _same_error([path])
     if what in ("drafter missing", "drafter extra"):
         _same_table([path], ["x"])
-    assert runs and set(runs) == {None}
+    reads = reader == "compiled" and what in ("CRLF", "null in a string", "line over a block")
+    assert runs and set(runs) == ({reader} if reads else {None})
 
 
-def test_bad_line_deep_in_a_gz_file_same_error(tmp_path, runs, monkeypatch):
+def test_bad_line_deep_in_a_gz_file_same_error(tmp_path, reader, runs, monkeypatch):
     """A problem in a late chunk, after several chunks read fast: the exact path names it."""
     monkeypatch.setattr(fastload, "CHUNK", 1 << 15)
     path = write_sim_run(SimConfig(n_prompts=3, out_len=64, seed=2), tmp_path / "run")
@@ -233,16 +253,17 @@ def test_bad_line_deep_in_a_gz_file_same_error(tmp_path, runs, monkeypatch):
     assert (e.line, e.field) == (701, "drafts.eagle.accepted") and runs == [None]
 
 
-def test_duplicate_record_across_chunks_same_error(tmp_path, monkeypatch, runs):
+def test_duplicate_record_across_chunks_same_error(tmp_path, monkeypatch, reader, runs):
     monkeypatch.setattr(fastload, "CHUNK", 1 << 10)
+    monkeypatch.setattr(fastload, "_READ", 100)  # the compiled reader: pieces cut inside lines
     recs = _records(12)
     recs.append(copy.deepcopy(recs[2]))
     e = _same_error([_write(tmp_path, recs)])
-    assert (e.line, e.field) == (13, "pos") and ":3" in e.problem and runs == ["fast"]
+    assert (e.line, e.field) == (13, "pos") and ":3" in e.problem and runs == [reader]
 
 
 @pytest.mark.parametrize("what", ["truncated gzip", "not gzip", "empty", "blank only"])
-def test_unreadable_or_empty_files_same_error(tmp_path, runs, what):
+def test_unreadable_or_empty_files_same_error(tmp_path, reader, runs, what):
     path = tmp_path / ("blocks_t.jsonl.gz" if "gzip" in what else "blocks_t.jsonl")
     blob = gzip.compress(("\n".join(json.dumps(r) for r in _records(50)) + "\n").encode())
     path.write_bytes({"truncated gzip": blob[: len(blob) // 2], "not gzip": b"plain\n",
@@ -251,18 +272,49 @@ def test_unreadable_or_empty_files_same_error(tmp_path, runs, what):
     assert runs == [None]
 
 
-def test_requested_drafter_missing_same_error(tmp_path, runs):
+def test_requested_drafter_missing_same_error(tmp_path, reader, runs):
     path = _write(tmp_path, _records(4))
     e = _same_error([path], ["x", "q"])
     assert e.field == "drafts.q"
 
 
-def test_loads_without_pyarrow(tmp_path):
-    """pyarrow absent at import time: the loader still works, on its exact path."""
+@pytest.mark.parametrize("spelling", ["-0 where a float belongs", "-0.0", "block beyond 2**53"])
+def test_negative_zero_and_huge_block_identical(tmp_path, reader, runs, spelling):
+    """`-0` (an int) is 0.0 and `-0.0` is -0.0 on the exact path; a block over 2**53 rounds through
+    float64 there. The compiled parser reproduces the first two and refuses the third; pyarrow
+    refuses all three (it reads `-0` as -0.0 and keeps a block exact)."""
+    text = [json.dumps(r) for r in _records(5)]
+    if spelling == "block beyond 2**53":
+        text[2] = text[2].replace('"pos": 2', f'"pos": 2, "block": {2**53 + 1}')
+    else:
+        z = spelling.split()[0]
+        text[2] = text[2].replace('"conf": [0.5,', f'"conf": [{z},').replace('"accepted": 1,', f'"accepted": 1, "ms": {z},')
+        text[3] = text[3].replace('"pos": 3', f'"pos": 3, "target_ms": {z}').replace('"entropy": [0.0]', f'"entropy": [{z}]')
+    path = tmp_path / "blocks_z.jsonl"
+    path.write_text("\n".join(text) + "\n")
+    t = _same_table([path])
+    reads = reader == "compiled" and spelling != "block beyond 2**53"
+    assert runs == [reader if reads else None]
+    if spelling == "block beyond 2**53":
+        assert t.block[2] == 2**53
+    else:
+        assert np.signbit(t.ms[2, 0]) == np.signbit(t.target_ms[3]) == (z == "-0.0")
+
+
+@pytest.mark.parametrize("blocked,expect", [(("pyarrow",), "compiled"), (("bandit._colparse",), "pyarrow"),
+                                            (("pyarrow", "bandit._colparse"), None)],
+                         ids=["no pyarrow", "no compiled parser", "neither"])
+def test_loads_without_compiled_readers(tmp_path, blocked, expect):
+    """The compiled parser or pyarrow absent at import time: the loader reads with what is left."""
+    if expect == "compiled" and fastload._colparse is None:
+        pytest.skip("bandit._colparse is not built")
+    if expect == "pyarrow" and fastload.pa is None:
+        pytest.skip("pyarrow is not installed")
     path = _write(tmp_path, _records(5))
-    code = ("import sys; sys.modules['pyarrow'] = None\n"
-            "import bandit.logs as logs\n"
-            "assert logs._fastload is None\n"
-            f"t = logs.load_logs([{str(path)!r}]); print(t.n_records)\n")
+    code = (f"import sys\nfor m in {blocked!r}: sys.modules[m] = None\n"
+            "import bandit.logs as logs\nfrom bandit import fastload\n"
+            f"out = fastload.read_file({str(path)!r}, None, (), logs._features)\n"
+            "t = logs.load_logs([%r])\n"
+            "print(t.n_records, out and out[3])\n" % str(path))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.strip() == "5", out.stderr
+    assert out.returncode == 0 and out.stdout.split() == ["5", str(expect)], out.stderr
