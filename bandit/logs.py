@@ -239,7 +239,17 @@ class _Lines:
 
 
 def _bad_number(x) -> bool:
+    """NaN or infinity, or an int too large to become a float (the table stores floats)."""
+    if type(x) is int:
+        try:
+            float(x)
+        except OverflowError:
+            return True
+        return False
     return isinstance(x, float) and not math.isfinite(x)
+
+
+_INT64_END = 2 ** 63  # pos and block are stored as int64
 
 
 class _DuplicateKey(ValueError):
@@ -300,8 +310,10 @@ def _check_record(obj, path: Path, ln: int) -> None:
         err("pos", f"expected an int, got {type(obj['pos']).__name__} {obj['pos']!r}")
     if obj["pos"] < 0:
         err("pos", f"must be >= 0, got {obj['pos']}")
-    if "block" in obj and (type(obj["block"]) is not int or obj["block"] < 0):
-        err("block", f"expected an int >= 0, got {obj['block']!r}")
+    if obj["pos"] >= _INT64_END:
+        err("pos", f"must be < 2**63, got {obj['pos']}")
+    if "block" in obj and (type(obj["block"]) is not int or not 0 <= obj["block"] < _INT64_END):
+        err("block", f"expected an int in [0, 2**63), got {obj['block']!r}")
     if "target_ms" in obj and (type(obj["target_ms"]) not in (int, float) or _bad_number(obj["target_ms"]) or obj["target_ms"] < 0):
         err("target_ms", f"expected a finite number >= 0, got {obj['target_ms']!r}")
     drafts = obj["drafts"]

@@ -121,6 +121,9 @@ BAD_FIELDS = [  # (what, mutate record -> record or a raw line, field named in t
     ("-Infinity in ms", lambda r: json.dumps(_draft(r, ms=float("-inf"))), "drafts.x.ms"),
     ("duplicate JSON key", lambda r: json.dumps(r)[:-1] + ', "pos": 99}', "pos"),
     ("record not an object", lambda r: "[1, 2]", "record"),
+    ("int too large for a float", lambda r: json.dumps(_draft(r, entropy=[0.1, 10**400, 0.3])), "drafts.x.entropy[1]"),
+    ("pos beyond int64", lambda r: {**r, "pos": 2**63}, "pos"),
+    ("block beyond int64", lambda r: {**r, "block": 2**64 + 5}, "block"),
 ]
 
 
