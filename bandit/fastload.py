@@ -129,8 +129,9 @@ def _lines(chunk: bytes) -> int:
     return len(last_open) + 1
 
 
-def _produce(path: Path, q: queue.Queue, stop: threading.Event) -> None:
-    """Thread: put (chunk, lines) items, then ("end", sha256), or ("unfit", None) at the first problem."""
+def _produce(items, path: Path, q: queue.Queue, stop: threading.Event) -> None:
+    """Thread: put every item of items(path, sha256 object), then ("end", sha256), or
+    ("unfit", None) at the first problem."""
     def put(item) -> bool:
         while not stop.is_set():
             try:
@@ -142,12 +143,16 @@ def _produce(path: Path, q: queue.Queue, stop: threading.Event) -> None:
 
     h = hashlib.sha256()
     try:
-        for chunk in _chunks(path, h):
-            if not put((chunk, _lines(chunk))):
+        for item in items(path, h):
+            if not put(item):
                 return
         put(("end", h.hexdigest()))
-    except Exception:  # _Unfit, or anything unforeseen: the exact path reports it
+    except Exception:  # _Unfit, a bad gzip stream, anything unforeseen: the exact path reports it
         put(("unfit", None))
+
+
+def _arrow_items(path: Path, h):
+    return ((chunk, _lines(chunk)) for chunk in _chunks(path, h))
 
 
 # ---------------------------------------------------------------- columns: checks and arrays
@@ -279,11 +284,11 @@ def read_file(path: Path, requested: Sequence[str] | None, names: Sequence[str],
     return None
 
 
-def _run(produce, consume, path: Path, *args):
-    """consume(queue, *args) while a thread runs produce(path, queue, stop); None if either fails."""
+def _run(items, consume, path: Path, *args):
+    """consume(queue, *args) while a thread runs _produce(items, path, queue, stop); None if either fails."""
     q: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
-    worker = threading.Thread(target=produce, args=(path, q, stop), daemon=True)
+    worker = threading.Thread(target=_produce, args=(items, path, q, stop), daemon=True)
     worker.start()
     try:
         return consume(q, *args)
@@ -336,29 +341,12 @@ def _pieces(path: Path, h):
         raise _Unfit  # truncated
 
 
-def _produce_pieces(path: Path, q: queue.Queue, stop: threading.Event) -> None:
-    """Thread: put ("piece", bytes) items, then ("end", sha256), or ("unfit", None) at the first problem."""
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    h = hashlib.sha256()
-    try:
-        for piece in _pieces(path, h):
-            if not put(("piece", piece)):
-                return
-        put(("end", h.hexdigest()))
-    except Exception:  # a bad gzip stream, or anything unforeseen: the exact path reports it
-        put(("unfit", None))
+def _piece_items(path: Path, h):
+    return (("piece", piece) for piece in _pieces(path, h))
 
 
 def _read_compiled(path: Path, requested, names, features):
-    return _run(_produce_pieces, _consume_compiled, path, requested, names, features)
+    return _run(_piece_items, _consume_compiled, path, requested, names, features)
 
 
 def _decode(raw: bytes) -> str:
@@ -428,7 +416,7 @@ def _take(parser, keep: list[int], pairs: list, features) -> dict | None:
 # ---------------------------------------------------------------- the pyarrow reader
 
 def _read_arrow(path: Path, requested, names, features):
-    return _run(_produce, _consume, path, requested, names, features)
+    return _run(_arrow_items, _consume, path, requested, names, features)
 
 
 def _consume(q: queue.Queue, requested, names, features):

@@ -19,7 +19,7 @@ import bandit.logs as logs
 from bandit import fastload
 from bandit.logs import LogError, load_logs
 from bandit.simulate import SimConfig, simulate
-from test_fastload import _assert_same, _exact
+from test_fastload import _assert_same, _exact, spy_reads
 from test_logs import GOOD, _records
 
 colparse = pytest.importorskip("bandit._colparse", reason="bandit._colparse is not built (`pip install -e .` builds it)")
@@ -32,15 +32,7 @@ def compiled(monkeypatch):
     """load_logs with the compiled reader only (pyarrow off): a refused file goes to the exact path.
     Returns the list of what read each file: "compiled" or None."""
     monkeypatch.setattr(fastload, "pa", None)
-    seen = []
-    real = fastload.read_file
-
-    def spy(*a, **k):
-        out = real(*a, **k)
-        seen.append(out[3] if out is not None else None)
-        return out
-    monkeypatch.setattr(fastload, "read_file", spy)
-    return seen
+    return spy_reads(monkeypatch)
 
 
 def _outcome(paths, drafters=None):

@@ -40,8 +40,7 @@ def reader(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture
-def runs(monkeypatch, reader):
+def spy_reads(monkeypatch) -> list:
     """Which reader read each file ("compiled", "pyarrow"), None for a file handed to the exact path."""
     seen = []
     real = fastload.read_file
@@ -52,6 +51,11 @@ def runs(monkeypatch, reader):
         return out
     monkeypatch.setattr(fastload, "read_file", spy)
     return seen
+
+
+@pytest.fixture
+def runs(monkeypatch, reader):
+    return spy_reads(monkeypatch)
 
 
 def _exact(paths, drafters=None):
