@@ -146,3 +146,51 @@ def test_copy_probe_separates_a_copier_from_a_uniform_model():
     c = copy_probe(Fake(True), n=4, length=L)
     assert abs(u["first"] - math.log(V)) < 1e-3 and abs(u["second"] - math.log(V)) < 1e-3
     assert c["second"] < 1e-3 and c["first"] > 1.0
+
+
+def test_copy_probe_draws_spans_from_a_pool():
+    """With `pool`, the probe's strings are contiguous spans of it: a model that scores 0 on
+    exactly the pool's bigrams and log(V) elsewhere gets a low first-occurrence loss."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from zoo.check import copy_probe
+    V, L = 40, 10
+    pool = np.arange(5, 35)   # next token = this token + 1
+
+    class Bigram:
+        config = SimpleNamespace(vocab_size=V)
+
+        def __call__(self, input_ids):
+            T = input_ids.shape[1]
+            logits = torch.zeros(1, T, V)
+            for t in range(T):
+                logits[0, t, (int(input_ids[0, t]) + 1) % V] = 50.0
+            return SimpleNamespace(logits=logits)
+
+    r = copy_probe(Bigram(), n=3, length=L, pool=pool)
+    assert r["first"] < 1e-3 and r["source"] == "held-out corpus spans"
+    assert copy_probe(Bigram(), n=3, length=L)["first"] > 1.0   # uniform strings break the bigrams
+
+
+def test_copy_drills_repeat_a_corpus_span_to_the_end():
+    """Every drill row is a corpus prefix followed by one corpus span tiled: from the second
+    copy on, token t equals token t - n, the span length; rows are deterministic per step."""
+    import numpy as np
+
+    from zoo.train import DRILL_SPAN, copy_drills
+    corpus = np.random.default_rng(0).integers(5, 4000, size=50_000).astype(np.uint16)
+    a = copy_drills(corpus, 16, 128, seed=3, step=7)
+    assert a.shape == (16, 129) and a.dtype == np.int64
+    assert np.array_equal(a, copy_drills(corpus, 16, 128, seed=3, step=7))
+    assert not np.array_equal(a, copy_drills(corpus, 16, 128, seed=3, step=8))
+    text = corpus.astype(np.int64).tobytes()
+    for row in a:
+        periods = [n for n in range(DRILL_SPAN[0], DRILL_SPAN[1])
+                   if np.array_equal(row[-(128 - 24 - n):], row[-(128 - 24 - n) - n:-n])]
+        assert periods, "the tail of a drill row repeats with the span length"
+        n = periods[0]
+        # the span itself is a contiguous corpus window (some rotation of the row's period)
+        period = row[-n:]
+        assert any(np.roll(period, k).tobytes() in text for k in range(n))

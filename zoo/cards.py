@@ -10,11 +10,12 @@ DESCRIPTIONS = {
     "target": ("The zoo's **target** model: a `LlamaForCausalLM` trained from scratch on the "
                "offline corpus below. Standard Hugging Face directory (`config.json`, "
                "`model.safetensors`, tokenizer files with a chat template).\n\n"
-               "Known limitations (measured, not hidden): with ~3.3M training tokens it writes "
-               "fluent-looking templates but gets facts and arithmetic wrong, and on copy/edit "
-               "prompts it emits generic config lines instead of copying its input (it has not "
-               "learned to copy from the context), so it often repeats the same output across "
-               "prompts. Lookup drafters that index earlier outputs (`suffix`) profit from that."),
+               "Known limitations (measured, not hidden): with a few million corpus tokens it writes "
+               "fluent-looking templates but gets facts and arithmetic wrong. The corpus alone "
+               "did not teach it to copy from its context, so it was then trained on copy drills "
+               "(verbatim repeats of corpus spans; see Training): it now copies (see In-context "
+               "copying), and on copy/edit prompts it gives its input back, though not always "
+               "with the edit applied."),
     "draft": ("An independent **draft model** (`LlamaForCausalLM`, same tokenizer as the target), "
               "distilled from the frozen target: loss = 0.3 x cross entropy on the corpus + "
               "0.7 x KL(target || draft) on the same windows."),
@@ -52,6 +53,15 @@ def _agree_table(agree: dict) -> str:
     return "\n".join(rows)
 
 
+def _drills_line(d: dict) -> str:
+    a, end = d["steps"]
+    return (f"- copy drills (`zoo.train.copy_drills`): steps {a}-{end}, {d['rows']} rows x "
+            f"{d['seq']} tokens per step, each a corpus span of {d['span'][0]}-{d['span'][1] - 1} "
+            f"tokens repeated verbatim to the row's end ({d['tokens_seen']:,} tokens); alone until "
+            f"step {d['alone_until']}, beside the corpus batch after it. The corpus alone did not "
+            "teach the target to copy from its context (see In-context copying).")
+
+
 def render_card(name: str, info: dict, src: dict) -> str:
     lines = [f"# zoo/{name}", "", DESCRIPTIONS.get(name, ""), "",
              "Tiny model for CPU tests and the embedded default campaign of `python sweep.py`; "
@@ -60,11 +70,13 @@ def render_card(name: str, info: dict, src: dict) -> str:
              f"- parameters: {info['params']:,}",
              f"- architecture: `{json.dumps(info.get('config', {}), sort_keys=True)}`",
              f"- steps: {info['steps']} (batch {info['batch']} x {info['seq']} tokens)",
-             f"- tokens seen: {info['tokens_seen']:,}",
+             f"- tokens seen: {info['tokens_seen']:,}" + (" (corpus)" if "copy_drills" in info else ""),
+             *([_drills_line(info["copy_drills"])] if "copy_drills" in info else []),
              f"- peak learning rate: {info['lr']} (AdamW, warmup then cosine to 10%)"
              + (f"; piecewise plan `{info['lr_schedule']}` ((from step, total steps[, restart "
                 "peak]): the budget was cut at step 200 and extended with a warm restart at 480 "
-                "because the shared CPU was slower than planned; `zoo.train.lr_at`)"
+                "because the shared CPU was slower than planned, then restarted at 800 for the "
+                "copy drills; `zoo.train.lr_at`)"
                 if info.get("lr_schedule") else ""),
              f"- seed: {info['seed']}" + (f" (init); data order seed {info['data_seed']}"
                                              if "data_seed" in info else ""),
@@ -94,7 +106,13 @@ def render_card(name: str, info: dict, src: dict) -> str:
                   f"ordinary tokens (seed {c['seed']}), each followed by itself: mean loss "
                   f"{c['first']:.2f} nats/token on the first occurrence and {c['second']:.2f} on "
                   f"the repeat (log vocab = {c['log_vocab']:.2f}). A model that copies from its "
-                  "context gets the repeat nearly free.", ""]
+                  "context gets the repeat nearly free."]
+        h = info.get("in_context_copy_heldout")
+        if h:
+            lines[-1] += (f" The same for {h['strings']} spans of {h['length']} tokens of held-out "
+                          f"corpus text: {h['first']:.2f} on the first occurrence, {h['second']:.2f} "
+                          "on the repeat.")
+        lines += [""]
     if "heldout_top1_agreement" in info:
         lines += ["## Held-out agreement with the target", "",
                   "Teacher-forced top-1 agreement with the target's greedy token on held-out "

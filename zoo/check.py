@@ -20,11 +20,12 @@ SPECS = ["ngram=ngram", "suffix=suffix", f"draft=draft:path={DRAFT_DIR}",
          "cascade=cascade:of=draft+ngram"]
 
 
-def copy_probe(model, n: int = 16, length: int = 40, seed: int = 0) -> dict:
+def copy_probe(model, n: int = 16, length: int = 40, seed: int = 0, pool=None) -> dict:
     """Does the model copy from its context? Mean loss (nats/token) on the first and on the
-    second occurrence of `n` random strings of `length` ordinary tokens, each repeated once
-    (the classic induction test): a model that copies gets the second nearly free, one that
-    does not scores both near log(vocab)."""
+    second occurrence of `n` strings of `length` tokens, each repeated once (the classic
+    induction test): a model that copies gets the second nearly free, one that does not scores
+    both alike. The strings are uniform random ordinary tokens, or, with `pool` (a 1-D token
+    array, e.g. held-out text), contiguous spans of it at random offsets."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -33,13 +34,18 @@ def copy_probe(model, n: int = 16, length: int = 40, seed: int = 0) -> dict:
     first, second = [], []
     with torch.no_grad():
         for _ in range(n):
-            s = rng.integers(5, V, size=length)   # ids 0-4 are the special tokens
+            if pool is None:
+                s = rng.integers(5, V, size=length)   # ids 0-4 are the special tokens
+            else:
+                a = int(rng.integers(0, len(pool) - length))
+                s = np.asarray(pool[a:a + length], dtype=np.int64)
             x = torch.as_tensor(np.r_[s, s])[None]
             lp = F.cross_entropy(model(input_ids=x).logits[0, :-1].float(), x[0, 1:], reduction="none")
             first.append(lp[:length - 1].mean().item())
             second.append(lp[length:].mean().item())
     return {"first": round(float(np.mean(first)), 3), "second": round(float(np.mean(second)), 3),
-            "log_vocab": round(float(np.log(V)), 3), "strings": n, "length": length, "seed": seed}
+            "log_vocab": round(float(np.log(V)), 3), "strings": n, "length": length, "seed": seed,
+            "source": "uniform random tokens" if pool is None else "held-out corpus spans"}
 
 
 def record_copy_probe() -> dict:
@@ -47,16 +53,24 @@ def record_copy_probe() -> dict:
 
     from harness import lm
     from .cards import refresh
-    res = copy_probe(lm.load_lm(TARGET_DIR))
+    import numpy as np
+
+    from .train import heldout_tokens
+    model = lm.load_lm(TARGET_DIR)
+    held = np.concatenate([v for _, v in sorted(heldout_tokens().items())])
+    res = copy_probe(model)
     p = TARGET_DIR / "training_info.json"
     info = json.loads(p.read_text())
     info["in_context_copy"] = res
+    info["in_context_copy_heldout"] = copy_probe(model, pool=held)
     p.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     refresh()
     return res
 
 
 def main(argv=None) -> int:
+    import json
+
     ap = argparse.ArgumentParser(prog="python -m zoo.check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=2, help="prompts per workload")
@@ -69,6 +83,9 @@ def main(argv=None) -> int:
         r = record_copy_probe()
         print(f"target: loss on the first occurrence of a random {r['length']}-token string "
               f"{r['first']:.2f}, on its repeat {r['second']:.2f} (log vocab {r['log_vocab']:.2f})")
+        h = json.loads((TARGET_DIR / "training_info.json").read_text())["in_context_copy_heldout"]
+        print(f"target: the same for {h['strings']} held-out corpus spans: {h['first']:.2f} first, "
+              f"{h['second']:.2f} on the repeat")
         return 0
     import torch
 
