@@ -48,29 +48,27 @@ def copy_probe(model, n: int = 16, length: int = 40, seed: int = 0, pool=None) -
             "source": "uniform random tokens" if pool is None else "held-out corpus spans"}
 
 
-def record_copy_probe() -> dict:
+def record_copy_probe() -> tuple[dict, dict]:
+    """Both probes of the shipped target (random strings, held-out spans), into its card."""
     import json
+
+    import numpy as np
 
     from harness import lm
     from .cards import refresh
-    import numpy as np
-
     from .train import heldout_tokens
     model = lm.load_lm(TARGET_DIR)
     held = np.concatenate([v for _, v in sorted(heldout_tokens().items())])
-    res = copy_probe(model)
+    res, res_held = copy_probe(model), copy_probe(model, pool=held)
     p = TARGET_DIR / "training_info.json"
     info = json.loads(p.read_text())
-    info["in_context_copy"] = res
-    info["in_context_copy_heldout"] = copy_probe(model, pool=held)
+    info["in_context_copy"], info["in_context_copy_heldout"] = res, res_held
     p.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     refresh()
-    return res
+    return res, res_held
 
 
 def main(argv=None) -> int:
-    import json
-
     ap = argparse.ArgumentParser(prog="python -m zoo.check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=2, help="prompts per workload")
@@ -80,10 +78,9 @@ def main(argv=None) -> int:
                     "target and record it in its model card instead")
     args = ap.parse_args(argv)
     if args.copy:
-        r = record_copy_probe()
+        r, h = record_copy_probe()
         print(f"target: loss on the first occurrence of a random {r['length']}-token string "
               f"{r['first']:.2f}, on its repeat {r['second']:.2f} (log vocab {r['log_vocab']:.2f})")
-        h = json.loads((TARGET_DIR / "training_info.json").read_text())["in_context_copy_heldout"]
         print(f"target: the same for {h['strings']} held-out corpus spans: {h['first']:.2f} first, "
               f"{h['second']:.2f} on the repeat")
         return 0

@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -268,7 +267,7 @@ def train_lm(name: str, cfg: dict, steps: int, batch: int, lr: float, seed: int,
         shown = {"loss": ema, "drill": dema}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None})
         if (step + 1) % 25 == 0:
-            log(f"{name}: step {step + 1}/{steps} ce {ema or float('nan'):.4f} lr {lr_at(step, steps, lr, schedule=schedule):.2e} "
+            log(f"{name}: step {step + 1}/{steps} ce {ema if ema is not None else float('nan'):.4f} lr {lr_at(step, steps, lr, schedule=schedule):.2e} "
                 + (f"drill {dema:.4f} " if dema is not None else "")
                 + f"elapsed {time.time() - t0:.0f}s", logf)
         if (step + 1) % ckpt_every == 0 or step + 1 == steps:
@@ -326,9 +325,11 @@ def loss_table(model) -> dict:
 
 def stage_target(**kw):
     a = {**STAGE_DEFAULTS["target"], **{k: v for k, v in kw.items() if v is not None}}
+    # the piecewise plan and the drill phase are step numbers of the default run
+    default = a["steps"] == STAGE_DEFAULTS["target"]["steps"]
     model, info = train_lm("target", TARGET_CFG, a["steps"], a["batch"], a["lr"], a["seed"],
-                           schedule=a.get("schedule") if a["steps"] == STAGE_DEFAULTS["target"]["steps"] else None,
-                           drills=DRILL_PHASE if a["steps"] == STAGE_DEFAULTS["target"]["steps"] else None)
+                           schedule=a.get("schedule") if default else None,
+                           drills=DRILL_PHASE if default else None)
     tok = get_tokenizer()
     model = save_lm(model, tok, TARGET_DIR)
     model = load_lm(TARGET_DIR)   # evaluate exactly what is shipped (fp16 weights)
