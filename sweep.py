@@ -1,5 +1,5 @@
 """Collection campaign: every drafter drafts from the identical prefix, the target verifies,
-one schema-v1 JSON line per block goes to runs/<run>/ (see DESIGN.md, docs/manifest.md).
+one schema-v1 JSON line per block goes to runs/<run>/ (see docs/DESIGN.md, docs/manifest.md).
 
 \b
     python sweep.py                     # the embedded CPU default on the zoo models

@@ -42,8 +42,9 @@ import numpy as np
 import typer
 from scipy.special import ndtr, ndtri
 
-from bandit import __version__, resample
+from bandit import __version__, resample, trajectory
 from bandit.logs import BlockTable, _is_dense
+from bandit.trajectory import greedy_oracle_trajectory, trajectory_oracle
 
 LEVEL = 0.95
 CHUNK_CELLS = 1 << 18  # jackknife cells per chunk (left-out clusters x columns): bounds memory, amortises the loop
@@ -238,8 +239,36 @@ def _num(x: float) -> float | None:
     return float(f"{x:.6g}") if np.isfinite(x) else None
 
 
-def table_stats(b: BlockTable, unit: str, n_resamples: int, seed: int, method: str) -> list[Entry]:
-    """per_block_gap, workload_headroom and the mean accepted table, from per-cluster totals."""
+def table_stats(t: BlockTable, unit: str, n_resamples: int, seed: int, method: str) -> list[Entry]:
+    """The replay's headline numbers on t's block set, from per-cluster totals (docs/DESIGN.md).
+
+    Sparse logs: per_block_gap, workload_headroom and mean_accepted[w][d] over the logged block
+    starts, the best fixed drafter (highest pooled mean accepted) re-chosen per resample.
+    Dense logs, prompt unit: the primary (fewest target passes along its own trajectory) is re-chosen
+    in every resample and every statistic is computed on its block set: per_block_gap and
+    mean_accepted[w][d] over its trajectory starts; workload_headroom, trajectory_oracle_gain,
+    greedy_oracle_gain and tokens_per_pass[w][d] in tokens per target pass. Dense logs, block unit:
+    single blocks of the full data's primary's block set are resampled for per_block_gap and the mean
+    accepted table (the primary is then fixed); trajectories live inside a prompt, so the
+    tokens-per-pass entries (workload_headroom included) stay on the prompt unit.
+    """
+    if not t.dense:
+        return _accepted_stats(t.blocks(), unit, n_resamples, seed, method, rechoose=True)
+    out = _dense_stats(t, n_resamples, seed, method)
+    if unit == "block":
+        b = trajectory.block_set(t)
+        blk = {e.name: e for e in _accepted_stats(b, unit, n_resamples, seed, method, rechoose=False,
+                                                 primary=trajectory.primary(t))}
+        # only the accepted-token statistics of the block set are resampled by block; the tokens-per-pass ones
+        # (headroom, oracle gains, tokens_per_pass) are trajectories, which live inside a prompt
+        keep = {n for n in blk if n == "per_block_gap" or n.startswith("mean_accepted[")}
+        out = [blk[e.name] if e.name in keep else e for e in out]
+    return out
+
+
+def _accepted_stats(b: BlockTable, unit: str, n_resamples: int, seed: int, method: str, rechoose: bool,
+                    primary: int | None = None) -> list[Entry]:
+    """per_block_gap, workload_headroom (accepted tokens) and the mean accepted table over the rows of b."""
     units, strata = _units(b, unit)
     W, D = len(b.workloads), len(b.drafters)
     a = b.accepted.astype(float)
@@ -252,7 +281,7 @@ def table_stats(b: BlockTable, unit: str, n_resamples: int, seed: int, method: s
     def stat(T: np.ndarray) -> np.ndarray:
         T = T.reshape(-1, W, D + 2)
         pooled = T[:, :, 1:D + 1].sum(1)                      # (n, D)
-        p = np.argmax(pooled, 1)                              # best fixed drafter, remade per resample
+        p = np.argmax(pooled, 1) if rechoose else np.full(len(T), primary)
         ap = pooled[np.arange(len(p)), p]
         gap = T[:, :, D + 1].sum(1) / ap - 1
         head = T[:, :, 1:D + 1].max(2).sum(1) / ap - 1
@@ -269,58 +298,162 @@ def table_stats(b: BlockTable, unit: str, n_resamples: int, seed: int, method: s
             for i, n in enumerate(names)]
 
 
-def trajectory_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> list[Entry]:
-    """trajectory_oracle_gain: oracle tokens per pass / best fixed drafter's - 1 (prompt unit always:
-    a trajectory lives inside one prompt)."""
-    from bandit.replay import fixed_trajectory, trajectory_oracle
-    b = t.blocks()
+def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> list[Entry]:
+    starts = trajectory.fixed_starts(t)                               # (R, D): each drafter's own trajectory
+    units, strata = _units(t, "prompt")
+    W, D, P = len(t.workloads), len(t.drafters), t.n_prompts
+    a = t.accepted.astype(np.int64)
+    # per prompt, in its workload's slot, for every candidate primary q: [blocks, a_1..a_D, max a] over
+    # q's trajectory starts; then passes of every fixed drafter, of the shortest path, of the greedy oracle,
+    # and output tokens. All integers, so the resampled sums are exact.
+    per_q = np.zeros((P, D, D + 2), np.int64)
+    for q in range(D):
+        r = starts[:, q]
+        np.add.at(per_q[:, q], t.prompt[r], np.c_[np.ones(int(r.sum()), np.int64), a[r], a[r].max(1)])
+    passes = trajectory.fixed_passes(t, starts)
     oracle = trajectory_oracle(t).passes
-    fixed = np.stack([fixed_trajectory(t, d).passes for d in range(len(t.drafters))], 1)   # (P, D)
-    P, D = fixed.shape
-    sel = np.zeros((P, D))
-    np.add.at(sel, b.prompt, b.accepted.astype(float))   # block-start accepted: picks the best fixed drafter
-    totals = np.c_[oracle, fixed, sel]
+    greedy = greedy_oracle_trajectory(t).passes
+    tokens = trajectory.output_lengths(t)
+    K = D * (D + 2) + D + 3
+    cols = np.c_[per_q.reshape(P, -1), passes, oracle, greedy, tokens]
+    totals = np.zeros((P, W, K), np.int64)
+    totals[np.arange(P), strata] = cols
+    totals = totals.reshape(P, -1)
+    o_pass, o_orc, o_gr, o_tok = D * (D + 2), D * (D + 2) + D, D * (D + 2) + D + 1, D * (D + 2) + D + 2
 
     def stat(T: np.ndarray) -> np.ndarray:
-        p = np.argmax(T[:, 1 + D:], 1)
-        return (T[np.arange(len(p)), 1 + p] / T[:, 0] - 1)[:, None]
+        n = len(T)
+        T = T.reshape(n, W, K)
+        pw = T[:, :, o_pass:o_pass + D]                               # (n, W, D) passes
+        p = trajectory.primary_index(pw.sum(1))                       # primary, re-chosen per resample
+        ix = np.arange(n)
+        q = T[:, :, :o_pass].reshape(n, W, D, D + 2)[ix, :, p]         # (n, W, D+2) on p's block set
+        ap = q[:, :, 1:D + 1].sum(1)[ix, p]
+        gap = q[:, :, D + 1].sum(1) / ap - 1
+        pp = pw.sum(1)[ix, p]
+        head = pp / pw.min(2).sum(1) - 1
+        orc = pp / T[:, :, o_orc].sum(1) - 1
+        gre = pp / T[:, :, o_gr].sum(1) - 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = q[:, :, 1:D + 1] / q[:, :, :1]                      # (n, W, D)
+            tpp = T[:, :, o_tok:o_tok + 1] / pw                         # (n, W, D)
+        return np.c_[gap, head, orc, gre, means.reshape(n, -1), tpp.reshape(n, -1)]
 
-    strata = np.zeros(P, np.int64)
-    strata[t.prompt] = t.workload
-    value, boot, jack = boot_totals(totals, stat, strata, n_resamples, seed, jackknife=method == "bca")
-    return [Entry("trajectory_oracle_gain", interval(value[0], boot[:, 0], None if jack is None else jack[:, 0], method,
-                                                     "prompt", seed),
-                  b.n_records, P, t.label)]
+    value, boot, jack = boot_totals(totals.astype(float), stat, strata, n_resamples, seed, jackknife=method == "bca")
+    p0 = trajectory.primary(t)
+    nb_all = int(starts[:, p0].sum())
+    nb_w = np.bincount(t.workload[starts[:, p0]], minlength=W)
+    nc_w = np.bincount(strata, minlength=W)
+    names = (["per_block_gap", "workload_headroom", "trajectory_oracle_gain", "greedy_oracle_gain"]
+             + [f"mean_accepted[{w}][{d}]" for w in t.workloads for d in t.drafters]
+             + [f"tokens_per_pass[{w}][{d}]" for w in t.workloads for d in t.drafters])
+    nb = [nb_all] * 4 + [int(nb_w[i]) for i in range(W) for _ in range(D)] * 2
+    nc = [P] * 4 + [int(nc_w[i]) for i in range(W) for _ in range(D)] * 2
+    return [Entry(n, interval(value[i], boot[:, i], None if jack is None else jack[:, i], method, "prompt", seed),
+                  nb[i], nc[i], t.label)
+            for i, n in enumerate(names)]
 
 
-def selector_entries(b: BlockTable, unit: str, n_refit: int, seed: int, method: str,
-                     criterion: str = "speedup") -> list[Entry]:
-    """The LOWO selector's pooled numbers and per-workload skill, refit (primary, model, threshold) per resample."""
+def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: str) -> list[Entry]:
+    """The LOWO selector's entries: frontier areas of every score (headline) and the logistic score's operating
+    point, with every fit, primary, alternatives set and threshold remade in every resample (bandit/selector.py)."""
     from bandit import selector
-    units, strata = _units(b, unit)
-    stat = selector.nested_stat(b, criterion=criterion, random_state=seed)
-    value, boot, jack = boot_weights(stat, units, strata, n_refit, seed, jackknife=method == "bca")
-    out = []
-    for i, name in enumerate(selector.STAT_NAMES + tuple(f"selector_skill[{w}]" for w in b.workloads)):
-        label = "MODEL" if name == "breakeven_rho" else b.label
-        keep = slice(None) if not name.startswith("selector_skill[") else b.workload == b.workloads.index(name[15:-1])
-        nb = int(np.count_nonzero(np.ones(b.n_records, bool)[keep]))
-        nc = int(np.unique(units[keep]).size)
-        out.append(Entry(name, interval(value[i], boot[:, i], None if jack is None else jack[:, i], method, unit, seed),
-                         nb, nc, label))
+    W, P = len(t.workloads), t.n_prompts
+    fixed = rows = None
+    if unit == "prompt":
+        units, strata = _units(t, "prompt")
+        counts = resample_counts(strata, n_refit, seed).astype(float)
+        wp, row_w = counts, None
+    else:   # single blocks of the full data's primary's block set; the primary is then fixed
+        fixed = trajectory.primary(t)
+        rows = trajectory.block_mask(t) if not t.dense else trajectory.fixed_starts(t)[:, fixed]
+        bw = t.workload[rows].astype(np.int64)
+        counts = resample_counts(bw, n_refit, seed).astype(float)
+        wp, row_w = np.ones((n_refit, P)), counts
+    point = selector.nested(t, np.ones((1, P)), fixed_primary=fixed,
+                            row_weights=None if fixed is None else np.ones((1, int(rows.sum()))))
+    boot = selector.nested(t, wp, fixed_primary=fixed, row_weights=row_w)
+    jack = None
+    if method == "bca":
+        if unit == "prompt":
+            G = min(P, JACK_GROUPS)
+            group = np.arange(P) % G
+            jack = selector.nested(t, (group[None, :] != np.arange(G)[:, None]).astype(float))
+        else:
+            n = int(rows.sum())
+            G = min(n, JACK_GROUPS)
+            group = np.arange(n) % G
+            jack = selector.nested(t, np.ones((G, P)), fixed_primary=fixed,
+                                   row_weights=(group[None, :] != np.arange(G)[:, None]).astype(float))
+    n_w = [int(point.sums["logistic"][g].w[0]) for g in range(W)]
+    c_w = np.bincount(t.workload[trajectory.prompt_rows(t)[0]], minlength=W)
+    out: list[Entry] = []
+
+    def add(name: str, v: np.ndarray, bt: np.ndarray, jk: np.ndarray | None, g: int | None, label: str) -> None:
+        nb = sum(n_w) if g is None else n_w[g]
+        nc = P if g is None else int(c_w[g])
+        out.append(Entry(name, interval(float(v[0]), bt, jk, method, unit, seed), nb, nc, label))
+
+    for sc in selector.SCORES:
+        pre = "selector_frontier_area" + ("" if sc == "logistic" else f"_{sc}")
+        for j in range(W + 1):
+            name = pre if j == W else f"{pre}[{t.workloads[j]}]"
+            add(name, point.areas[sc][:, j], boot.areas[sc][:, j], None if jack is None else jack.areas[sc][:, j],
+                None if j == W else j, t.label)
+    for g in [None, *range(W)]:
+        o, ob = point.outcome("logistic", g), boot.outcome("logistic", g)
+        oj = None if jack is None else jack.outcome("logistic", g)
+        sfx = "" if g is None else f"[{t.workloads[g]}]"
+        for key, name in (("capture", "selector_capture"), ("redraft_rate", "selector_redraft_rate"),
+                          ("skill", "selector_skill"), ("token_gain", "selector_token_gain"),
+                          ("speedup", "selector_speedup")):
+            if key == "skill" and not 0 < o["redraft_rate"][0] < 1:
+                continue   # skill is defined only where the selector re-drafts
+            if key == "capture" and not np.isfinite(o["capture"][0]):
+                continue
+            add(f"{name}{sfx}", o[key], ob[key], None if oj is None else oj[key], g,
+                "MODEL" if key == "speedup" else t.label)
     return out
 
 
+def selector_point(t: BlockTable):
+    """The selector's LOWO on the data as they are (bandit/selector.py's NestedResult with m = 1)."""
+    from bandit import selector
+    return selector.nested(t, np.ones((1, t.n_prompts)))
+
+
 def headline(t: BlockTable, unit: str = "prompt", method: str = "percentile", n_resamples: int = 2000, seed: int = 0,
-             n_refit: int = N_REFIT, criterion: str = "speedup") -> list[Entry]:
+             n_refit: int = N_REFIT) -> list[Entry]:
     """Every headline entry of ci.json for one campaign's table."""
-    b = t.blocks()
-    entries = table_stats(b, unit, n_resamples, seed, method)
-    if t.dense:
-        entries += trajectory_stats(t, n_resamples, seed, method)
+    b = trajectory.block_set(t)
+    entries = table_stats(t, unit, n_resamples, seed, method)
     if len(b.workloads) >= 2 and len(b.drafters) >= 2:
-        entries += selector_entries(b, unit, min(n_refit, n_resamples), seed, method, criterion)
+        entries += selector_entries(t, unit, min(n_refit, n_resamples), seed, method)
     return sorted(entries, key=lambda e: e.name)
+
+
+def coverage_warnings(entries: Sequence[Entry], path: Path = Path("runs/coverage.json")) -> list[str]:
+    """A warning line for every entry whose unit bench/coverage.py's study shows under-covering: a row for that
+    entry, or else for its family (the name without [..]), on the entry's unit whose coverage CI lies wholly
+    below LEVEL (the row of lowest upper bound is quoted). Empty when the file is missing or unreadable."""
+    try:
+        bad = []
+        for r in json.loads(Path(path).read_text())["rows"]:
+            name, cc = r.get("entry", r.get("statistic")), r.get("coverage_ci", r.get("coverage_ci95"))
+            if isinstance(name, str) and cc and cc[1] is not None and float(cc[1]) < LEVEL:
+                bad.append((name, r["unit"], float(r["coverage"]), float(cc[0]), float(cc[1]), r.get("study")))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return []
+    out = []
+    for e in entries:
+        hits = [b for b in bad if b[1] == e.ci.unit and b[0] == e.name] or \
+               [b for b in bad if b[1] == e.ci.unit and b[0].split("[", 1)[0] == e.name.split("[", 1)[0]]
+        if hits:
+            name, unit, cov, lo, hi, study = min(hits, key=lambda b: b[4])
+            how = "; ".join(([f"study {study}"] if study else []) + ([f"row {name}"] if name != e.name else []))
+            out.append(f"warning: unit {unit} under-covers for {e.name} in {path}: {100 * cov:.0f}% "
+                       f"[{100 * lo:.0f}, {100 * hi:.0f}]" + (f" ({how})" if how else ""))
+    return out
 
 
 def code_version() -> str:
@@ -357,31 +490,46 @@ def render(entries: Sequence[Entry]) -> str:
     return "\n".join(lines + warns) + "\n"
 
 
-def main(paths: Sequence[Path] = (), out: Path = Path("runs/ci.json"), n_resamples: int = 2000, seed: int = 0,
-         unit: str = "prompt", method: str = "percentile", n_refit: int = N_REFIT, criterion: str = "speedup") -> str:
+def main(paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int = 2000, seed: int = 0,
+         unit: str = "prompt", method: str = "percentile", n_refit: int = N_REFIT) -> str:
+    """Compute every entry; write OUT (default: runs/ci.json for the default campaign; for logs given as
+    PATHS nothing is written unless `out` is given, so analysing your own logs never overwrites the shipped file)."""
     from bandit.logs import default_inputs, load_logs
     said = f"read: {', '.join(str(p) for p in paths)}"
     if not paths:
         paths, said = default_inputs()
         said = f"read: {said}"
+        out = Path("runs/ci.json") if out is None else out
     t = load_logs(paths)
-    entries = headline(t, unit, method, n_resamples, seed, n_refit, criterion)
-    write_ci(entries, t, out)
-    return f"{said}\n{t.summary()}\n" + render(entries) + f"wrote {out}\n"
+    entries = headline(t, unit, method, n_resamples, seed, n_refit)
+    tail = "not written (logs given as PATHS: pass --out FILE to write ci.json)\n"
+    if out is not None:
+        write_ci(entries, t, out)
+        tail = f"wrote {out}\n"
+    warns = "".join(w + "\n" for w in coverage_warnings(entries))
+    return f"{said}\n{t.summary()}\n" + render(entries) + warns + tail
 
 
-def cli(paths: Annotated[Optional[list[Path]], typer.Argument()] = None, out: Path = Path("runs/ci.json"),
-        resamples: int = 2000, seed: int = 0, unit: str = "prompt", method: str = "percentile",
-        refit_resamples: int = N_REFIT, criterion: str = "speedup") -> None:
+def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+        out: Annotated[Optional[Path], typer.Option(help="ci.json to write (default: runs/ci.json for the default "
+                                                        "campaign; nothing for PATHS)")] = None,
+        resamples: Annotated[int, typer.Option(help="bootstrap resamples of the ratio statistics")] = 2000,
+        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+        unit: Annotated[str, typer.Option(help="resampling unit: prompt (clusters, default) or block")] = "prompt",
+        method: Annotated[str, typer.Option(help="percentile (default) or bca")] = "percentile",
+        refit_resamples: Annotated[int, typer.Option(help="resamples of the nested selector refits")] = N_REFIT) -> None:
     """Every headline number with a 95% bootstrap CI -> OUT (ci.json) and a table on stdout.
 
-    PATHS: logs (default: the default campaign under runs/). --unit prompt (clusters, default) or block;
+    Block sets: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts (the
+    primary: most output tokens per target pass along its own trajectory), re-chosen in every resample.
+    Trajectories are counted in tokens per target pass (nothing past an output's end). PATHS: logs (default: the default campaign under runs/). --unit prompt (clusters, default) or block;
     --method percentile (default) or bca; --refit-resamples: resamples of the nested selector refits
-    (at most --resamples); --criterion speedup|skill|net picks the selector's inner-LOWO threshold.
+    (at most --resamples). The selector's operating point is chosen inside every fold by the cost model's speedup
+    (measured costs from the manifest's timing, else the documented what-if).
     """
     if unit not in UNITS or method not in METHODS:
         raise typer.BadParameter(f"--unit must be one of {UNITS} and --method one of {METHODS}")
-    typer.echo(main(paths or [], out, resamples, seed, unit, method, refit_resamples, criterion), nl=False)
+    typer.echo(main(paths or [], out, resamples, seed, unit, method, refit_resamples), nl=False)
 
 
 if __name__ == "__main__":

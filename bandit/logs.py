@@ -1,7 +1,7 @@
 """Block logs (schema v1): find, load and validate them into one typed table.
 
 A block log is JSON lines, one object per (prompt, position) at which every drafter drafted
-from the same prefix (see DESIGN.md). `load_logs` turns any number of files into a
+from the same prefix (see docs/DESIGN.md). `load_logs` turns any number of files into a
 `BlockTable` of plain numpy arrays, or raises `LogError` whose message is
 `PATH:LINE: FIELD: problem`. Nothing is silently dropped: every record either loads or is
 an error.
@@ -114,8 +114,16 @@ class BlockTable:
         rows = {k: getattr(self, k)[idx] for k in _ROW_FIELDS}
         return replace(self, **rows, dense=_is_dense(rows["prompt"], rows["pos"]))
 
+    def take_prompts(self, keep: np.ndarray) -> "BlockTable":
+        """The records of the prompts with keep[prompt] (keep: (P,) bool), prompts re-indexed 0..P'-1."""
+        keep = np.asarray(keep, bool)
+        new = np.cumsum(keep) - 1
+        sub = self.take(keep[self.prompt])
+        return replace(sub, prompt=new[sub.prompt].astype(np.int32),
+                       prompt_ids=tuple(p for p, k in zip(self.prompt_ids, keep) if k))
+
     def blocks(self) -> "BlockTable":
-        """The block starts only (the set B of DESIGN.md's definitions)."""
+        """The block starts only (the set B of docs/DESIGN.md's definitions)."""
         return self.take(self.is_block_start)
 
     def select_drafters(self, names: Sequence[str]) -> "BlockTable":
@@ -128,7 +136,8 @@ class BlockTable:
 
     def summary(self) -> str:
         kind = "dense" if self.dense else "sparse"
-        return (f"{self.n_records} records, {int(self.is_block_start.sum())} blocks, {self.n_prompts} prompts, "
+        what = "one per output position" if self.dense else f"{int(self.is_block_start.sum())} block starts"
+        return (f"{self.n_records} records ({what}), {self.n_prompts} prompts, "
                 f"{len(self.workloads)} workloads ({', '.join(self.workloads)}), "
                 f"{len(self.drafters)} drafters ({', '.join(self.drafters)}), {kind}, [{self.label}]")
 
@@ -174,7 +183,7 @@ def read_manifest(log_path: Path) -> dict | None:
 
 
 def campaign_key(manifest: dict | None) -> tuple:
-    """Runs may be pooled only when these agree (DESIGN.md: same target, drafters, k, T, label)."""
+    """Runs may be pooled only when these agree (docs/DESIGN.md: same target, drafters, k, T, label)."""
     if manifest is None:
         return ("UNLABELLED",)
     tgt = manifest.get("target") or {}
@@ -754,7 +763,7 @@ def load_logs(paths: Sequence[str | Path], drafters: Sequence[str] | None = None
     bandit/_colparse.c, else pyarrow's JSON reader), else streams it in batches validated in
     bulk; a file the compiled readers refuse and a batch that fails a bulk check are re-read
     with the exact reference checks, which name the file, line and field.
-    Refuses to pool runs of different campaigns (DESIGN.md): simulated with measured, or
+    Refuses to pool runs of different campaigns (docs/DESIGN.md): simulated with measured, or
     different targets, drafters, k or temperature.
     """
     files = expand_paths(paths)

@@ -8,7 +8,11 @@ The replay enforces the feedback model: a bandit policy (`full_information = Fal
 the drafter it chose; a full-information one sees every drafter (panoramic feedback).
 
 Rewards are accepted tokens; learners that need rewards in [0, 1] divide by k (from the
-`timing` dict given to `reset`, else the longest draft at the first block). Every class is
+`timing` dict given to `reset`, else the longest draft at the first block). The published
+per-request rules (`UCBSpec`, `EXP3Spec` of BanditSpec; `HedgeQuery` after HedgeSpec) restart
+at every new prompt and, by default, reward the tokens of a block, accepted + 1, as their
+papers define; the `*_stream` learners are our single-stream variants (one learner over all
+prompts), not the published algorithms. Every class is
 sklearn-style: hyperparameters in `__init__` (`get_params`, `clone`), all state created in
 `reset` (attributes with a trailing underscore), `random_state` seeds the only randomness.
 
@@ -102,7 +106,7 @@ class Random(_Policy):
 class Fixed(_Policy):
     """Always the same drafter, or one drafter per workload (`arms` indexed by workload).
 
-    With the arm picked in hindsight this is DESIGN.md's best fixed drafter (one arm) or the
+    With the arm picked in hindsight this is docs/DESIGN.md's best fixed drafter (one arm) or the
     workload-level hindsight oracle (one arm per workload); core.hindsight_traces computes the
     same choices vectorised (tests/test_core.py checks that they agree).
     """
@@ -122,13 +126,15 @@ class Fixed(_Policy):
 # ---------------------------------------------------------------- non-contextual prior art
 
 class UCB1(_Policy):
-    """UCB1 over drafters (Auer et al. 2002), the rule of BanditSpec's UCBSpec (ICML'25).
+    """Our single-stream variant of UCB1 (Auer et al. 2002), not the published algorithm.
 
-    Bandit feedback: each drafter's mean acceptance / k plus a c * sqrt(2 ln t / n)
-    exploration bonus; every drafter is tried once first. It converges to the best fixed
-    drafter, which is also its ceiling when rankings flip between workloads.
+    Not BanditSpec's UCBSpec (that is `UCBSpec` below): one learner over every prompt of the
+    campaign, never reset; reward accepted / k; bonus c * sqrt(2 ln t / n) with t the blocks
+    seen so far in the whole stream. Bandit feedback; every drafter is tried once first. It
+    converges to the best fixed drafter, which is also its ceiling when rankings flip
+    between workloads.
     """
-    name = "ucb"
+    name = "ucb_stream"
 
     def __init__(self, c: float = 1.0, random_state: int | None = 0):
         super().__init__(random_state)
@@ -154,13 +160,15 @@ class UCB1(_Policy):
 
 
 class EXP3(_Policy):
-    """EXP3 (Auer et al. 2002), the adversarial bandit of BanditSpec's EXP3Spec.
+    """Our single-stream variant of EXP3 (Auer et al. 2002), not the published algorithm.
 
-    Exponential weights on importance-weighted reward estimates mixed with uniform
-    exploration; anytime rate gamma_t = min(1, sqrt(K ln K / ((e - 1) t))) because the
-    horizon is not known in advance. Bandit feedback only.
+    Not BanditSpec's EXP3Spec (that is `EXP3Spec` below): one learner over every prompt,
+    never reset; exponential weights on importance-weighted reward estimates (accepted / k)
+    mixed with uniform exploration at the anytime rate gamma_t = min(1, sqrt(K ln K /
+    ((e - 1) t))), t counted over the whole stream. EXP3Spec has no uniform mixing, uses
+    losses and eta_t = sqrt(ln K / (t K)), and restarts per request. Bandit feedback only.
     """
-    name = "exp3"
+    name = "exp3_stream"
 
     def reset(self, drafters, workloads, timing=None) -> None:
         super().reset(drafters, workloads, timing)
@@ -184,14 +192,18 @@ class EXP3(_Policy):
 
 
 class Hedge(_Policy):
-    """Hedge / exponential weights with full information ("Not-a-Bandit", HedgeSpec).
+    """Our single-stream variant of full-information Hedge, not the published algorithm.
 
-    Once the target has verified every draft of a block, every drafter's acceptance is known
-    (panoramic feedback), so the learner updates every weight; the anytime learning rate
-    eta_t = sqrt(8 ln K / t) on rewards in [0, 1] gives O(sqrt(T ln K)) regret against the
-    best fixed drafter. It samples its choice from the weights with `random_state`.
+    Not HedgeSpec ("Not-a-Bandit", arXiv 2510.20064), which competes with the best drafter
+    per query (`HedgeQuery` below restarts per prompt; HedgeSpec's experiments run
+    NormalHedge): this is one learner over every prompt, never reset, so it competes with
+    the best fixed drafter of the whole campaign. Every drafter's acceptance is known once
+    the block is verified (panoramic feedback), so every weight is updated; the anytime
+    learning rate eta_t = sqrt(8 ln K / t) on rewards accepted / k in [0, 1] gives
+    O(sqrt(T ln K)) regret against the best fixed drafter. It samples its choice from the
+    weights with `random_state`.
     """
-    name = "hedge"
+    name = "hedge_stream"
     full_information = True
 
     def reset(self, drafters, workloads, timing=None) -> None:
@@ -216,7 +228,8 @@ class NormalHedge(_Policy):
     expected reward, with c solving mean_i exp([R_i]_+^2 / 2c) = e. The scale is solved by
     Newton's method on u = 1/c, warm-started from the previous step: log-mean-exp is convex
     and increasing in u, so the iteration is monotone after one step. Uniform while no
-    regret is positive. No learning rate to tune.
+    regret is positive. No learning rate to tune. One learner over every prompt (HedgeSpec's
+    experiments also use NormalHedge, but against the best drafter per query).
     """
     name = "normalhedge"
     full_information = True
@@ -261,6 +274,230 @@ class NormalHedge(_Policy):
         x = _rewards(accepted, observed, self.scale_)
         mean = sum(p * y for p, y in zip(self.p_, x))
         self.R_ = [R + y - mean for R, y in zip(self.R_, x)]
+
+
+# ---------------------------------------------------------------- published per-request rules
+
+def _lookup_mask(drafters: Sequence[str], timing: dict | None) -> np.ndarray:
+    """Which drafters are lookups: the timing dict's `lookup` list, else the name heuristic."""
+    names = (timing or {}).get("lookup")
+    if names is None:
+        return np.array([any(k in d.lower() for k in LOOKUP_KINDS) for d in drafters])
+    return np.array([d in set(names) for d in drafters])
+
+
+def _step_ms_table(drafters: Sequence[str], timing: dict | None, k: int) -> list[list[float]] | None:
+    """ms[d][n]: modelled time of one step of drafter d whose draft of n tokens (0..k) is verified
+    with the bonus token (`StepTime`: verify(n + 1) + drafter_ms[d]); None when `timing` has no
+    `verify_ms` or no `drafter_ms` (then there is no measured step time to divide by)."""
+    if not timing or "verify_ms" not in timing or not timing.get("drafter_ms"):
+        return None
+    st = StepTime.from_timing(drafters, _lookup_mask(drafters, timing), timing)
+    v = st.verify(np.arange(k + 1) + 1.0)
+    return (v[None, :] + st.drafter_ms[:, None]).tolist()
+
+
+class UCBSpec(_Policy):
+    """UCBSpec of BanditSpec (Hou et al., ICML 2025, arXiv 2505.15141): Alg. 4 / Alg. 8, eqs. (5)-(7).
+
+    Per request: BanditSpec (Alg. 3) runs one decoding of one prompt, and Alg. 8 starts every
+    prompt from t = 0 and an empty history, as the released code (sail-sg/BanditSpec,
+    `ucb_length_spec_generate`) zeroes its statistics in every generate call. So all statistics
+    restart whenever `ctx.prompt` changes. Within a prompt, with t rounds played (Alg. 8):
+    rounds t < K try the drafters in order (round robin); then the drafter maximising
+
+        UCB_i = mu_i + cr_i,  cr_i = sigma * sqrt((1 + n_i) / n_i^2 * (1 + 2 ln(K t^2 sqrt(1 + n_i) / delta)))
+
+    is used, mu_i the mean reward and n_i the pulls of drafter i in this prompt (eq. 5). The
+    radius is eq. (6) (eq. 19): Lemma F.3's self-normalised bound (Abbasi-Yadkori et al. 2011,
+    1-sub-Gaussian) scaled by sigma = L / 2, the sub-Gaussian scale of a reward in [1, L + 1]
+    (proof of Thm 4.3, step 2), with delta / t^2 per round; L is the maximum draft length, k.
+    (The text we read, arXiv's HTML of v2, drops radicals and fraction bars; sigma = L / 2 under
+    the square root is the reading consistent with eq. (33), n <= 4 + 2 L^2 / Delta^2 (...).)
+
+    Reward (`reward="tokens"`, the default): Y = accepted + 1, the block's accepted tokens plus
+    the bonus token (Alg. 4 line 2, eq. 5: the length of SpecDecSub's output). That is the
+    algorithm as defined and analysed, and the paper's drafter-selection experiment (Sec. 6.1)
+    states no other reward. `reward="throughput"` is Sec. 6.2's use (speculation lengths, the
+    only UCBSpec code released): tokens per unit time of the step, here (accepted + 1) divided
+    by the modelled step time of `StepTime` (verify(draft length + 1) + drafter_ms, from the
+    `timing` dict given to `reset`; the draft length is the chosen drafter's, read after it
+    drafted). When `timing` has no `verify_ms` or no `drafter_ms` the throughput variant falls
+    back to tokens per step (accepted + 1) and says so in `throughput_ = False`.
+
+    Choices the paper leaves open, made here: delta = 1/2 (the value the proof of Thm 4.3
+    takes; no experiment reports delta); for the throughput reward sigma is half the range of
+    (n + 1) / step_ms(d, n) over drafters and draft lengths (the paper's radius assumes a
+    reward in [1, L + 1]; the released code instead adds sqrt(6 ln t / sum_i n_i), the same
+    bonus for every arm); ties go to the lowest index; natural logarithms. A drafter that
+    proposes no draft still yields Y = 1. Bandit feedback only.
+    """
+    name = "ucbspec"
+
+    def __init__(self, delta: float = 0.5, reward: str = "tokens", random_state: int | None = 0):
+        super().__init__(random_state)
+        if reward not in ("tokens", "throughput"):
+            raise ValueError(f"reward must be 'tokens' or 'throughput', got {reward!r}")
+        self.delta, self.reward = delta, reward
+        self.name = "ucbspec" if reward == "tokens" else "ucbspec_throughput"
+
+    def reset(self, drafters, workloads, timing=None) -> None:
+        super().reset(drafters, workloads, timing)
+        self.timing_ = timing
+        self.step_ms_: list[list[float]] | None = None
+        self.throughput_ = False
+        self.sigma_ = 0.0         # set at the first block, once k is known
+        self.prompt_ = None
+        self._restart()
+
+    def _restart(self) -> None:
+        K = self.n_arms_
+        self.t_, self.n_, self.sum_, self.ucb_ = 0, [0] * K, [0.0] * K, [math.inf] * K
+
+    def _init_scale(self, ctx) -> None:
+        k = int(self._scale(ctx))
+        if self.reward == "throughput":
+            self.step_ms_ = _step_ms_table(self.drafters_, self.timing_, k)
+        self.throughput_ = self.step_ms_ is not None
+        if self.throughput_:
+            hi = max(max((n + 1) / ms for n, ms in enumerate(row)) for row in self.step_ms_)
+            lo = min(1.0 / ms for row in self.step_ms_ for ms in row)
+            self.sigma_ = (hi - lo) / 2.0
+        else:
+            self.sigma_ = k / 2.0             # Y in [1, L + 1]: sigma = L / 2
+
+    def choose(self, ctx) -> int:
+        if ctx.prompt != self.prompt_:        # a new request: BanditSpec starts from scratch
+            self.prompt_ = ctx.prompt
+            self._restart()
+        if not self.sigma_:
+            self._init_scale(ctx)
+        t, K = self.t_, self.n_arms_
+        if t < K:
+            return t                          # round robin (Alg. 8, lines 4-5)
+        lg = math.log(K * t * t / self.delta)
+        sig, best, arg = self.sigma_, -math.inf, 0
+        u = self.ucb_
+        for i, (s, m) in enumerate(zip(self.sum_, self.n_)):
+            if m == 0:
+                return i
+            x = u[i] = s / m + sig * math.sqrt((1.0 + m) / (m * m) * (1.0 + 2.0 * (lg + 0.5 * math.log(1.0 + m))))
+            if x > best:
+                best, arg = x, i
+        return arg
+
+    def update(self, ctx, chosen, accepted, observed) -> None:
+        y = float(accepted[chosen]) + 1.0
+        if self.throughput_:
+            row = self.step_ms_[chosen]
+            y /= row[min(max(int(ctx.draft_len[chosen]), 0), len(row) - 1)]
+        self.t_ += 1
+        self.n_[chosen] += 1
+        self.sum_[chosen] += y
+
+
+class EXP3Spec(_Policy):
+    """EXP3Spec of BanditSpec (Hou et al., ICML 2025, arXiv 2505.15141): Alg. 5 / Alg. 9, eqs. (13)-(14), (21)-(22).
+
+    Anytime EXP3 written as FTRL on losses (Lattimore & Szepesvari 2020), restarted per
+    request like every BanditSpec learner (Alg. 9 starts each prompt from t = 0, empty
+    history): statistics restart whenever `ctx.prompt` changes. At round t = 1, 2, ... of a
+    prompt, with eta_t = sqrt(ln K / (t K)) (Alg. 9 inputs, eq. 43),
+
+        p_t,i = exp(-eta_t Zsum_i) / sum_j exp(-eta_t Zsum_j)       (eq. 14 / 21)
+
+    with Zsum_i the sum over earlier rounds of this prompt of the importance-weighted loss
+    Z_i,s = 1{i = I_s} (L + 1 - Y_s) / (L p_s,i) (eq. 13 / 22), Y = accepted + 1 the tokens of
+    the block (accepted plus bonus, in [1, L + 1]) and L the maximum draft length k. The
+    drafter is drawn from p_t with `random_state`. No uniform exploration is mixed in (unlike
+    `EXP3`), so the first round of every prompt is uniform and nothing else forces exploration.
+
+    Choices the paper leaves open: the sampling uses one uniform draw per round (inverse CDF);
+    Y is clipped to [1, L + 1] should a log report more accepted tokens than k. The paper
+    defines EXP3Spec's reward as tokens only (Sec. 6.2's throughput reward is used with
+    UCBSpec alone), so there is no throughput option. Bandit feedback only.
+    """
+    name = "exp3spec"
+
+    def reset(self, drafters, workloads, timing=None) -> None:
+        super().reset(drafters, workloads, timing)
+        self.prompt_ = None
+        self._restart()
+
+    def _restart(self) -> None:
+        K = self.n_arms_
+        self.t_, self.Z_, self.p_ = 0, [0.0] * K, [1.0 / K] * K
+
+    def choose(self, ctx) -> int:
+        if ctx.prompt != self.prompt_:
+            self.prompt_ = ctx.prompt
+            self._restart()
+        self._scale(ctx)
+        K = self.n_arms_
+        eta = math.sqrt(math.log(K) / ((self.t_ + 1) * K))
+        m = min(self.Z_)
+        w = [math.exp(-eta * (z - m)) for z in self.Z_]
+        s = sum(w)
+        self.p_ = [x / s for x in w]
+        return self._sample(self.p_)
+
+    def update(self, ctx, chosen, accepted, observed) -> None:
+        L = self.scale_
+        y = min(max(float(accepted[chosen]) + 1.0, 1.0), L + 1.0)
+        self.t_ += 1
+        self.Z_[chosen] += (L + 1.0 - y) / (L * self.p_[chosen])
+
+
+class HedgeQuery(_Policy):
+    """Full-information Hedge restarted per query, after HedgeSpec ("Not-a-Bandit", Liu et al., ICLR 2026, arXiv 2510.20064).
+
+    HedgeSpec competes with the best drafter in hindsight for each query (abstract; Thm 4 of
+    v2 as summarised in the sources we could read): one verified trajectory scores every
+    drafter (panoramic feedback), and a full-information learner (Hedge, or NormalHedge in
+    its experiments) follows the drafter with the least loss within the query. Here: the
+    weights restart at uniform whenever `ctx.prompt` changes; at round t of a prompt,
+
+        w_i = exp(eta_t S_i),  eta_t = sqrt(8 ln N / t),  S_i = sum over this prompt of (a_i + 1) / (k + 1)
+
+    with a_i drafter i's accepted tokens at a block, so the reward is one minus HedgeSpec's
+    acceptance-length loss f = 1 - AcceptLength / (K + 1) (AcceptLength in [1, K + 1], K the
+    draft depth, here k). The drafter is drawn from w with `random_state`; `w_` is kept
+    (unnormalised) for `core.regret_curve`.
+
+    What we could not take from the paper, stated plainly: we could read only the abstract and
+    secondary summaries of arXiv 2510.20064, not its equations, so the learning rate is the
+    standard anytime rate for losses in [0, 1] (Cesa-Bianchi & Lugosi 2006, Thm 2.3; the same as
+    `Hedge`), not one checked against the paper, and HedgeSpec's experiments use NormalHedge,
+    which has no learning rate. HedgeSpec scores every drafter by the expected acceptance
+    length from acceptance probabilities and treats censored feedback as delayed (Joulani et
+    al. 2013); the replay instead reveals each drafter's realised acceptance at the block
+    (its full-information feedback model), so neither the estimator nor the delay is modelled.
+    """
+    name = "hedge_query"
+    full_information = True
+
+    def reset(self, drafters, workloads, timing=None) -> None:
+        super().reset(drafters, workloads, timing)
+        self.c_ = 8.0 * math.log(self.n_arms_)
+        self.prompt_ = None
+        self._restart()
+
+    def _restart(self) -> None:
+        self.t_, self.S_, self.w_ = 0, [0.0] * self.n_arms_, [1.0] * self.n_arms_
+
+    def choose(self, ctx) -> int:
+        if ctx.prompt != self.prompt_:
+            self.prompt_ = ctx.prompt
+            self._restart()
+        self._scale(ctx)
+        self.w_ = _exp_weights(self.S_, math.sqrt(self.c_ / (self.t_ + 1)))   # unnormalised: for pseudo-regret
+        return self._sample(self.w_)
+
+    def update(self, ctx, chosen, accepted, observed) -> None:
+        k1 = self.scale_ + 1.0
+        self.t_ += 1
+        self.S_ = [s + ((a + 1.0) / k1 if o else 0.0)
+                   for s, a, o in zip(self.S_, accepted.tolist(), observed.tolist())]
 
 
 # ---------------------------------------------------------------- contextual
@@ -638,7 +875,8 @@ class SpecSelect(_Policy):
         return out
 
 
-ALL = (UCB1, EXP3, Hedge, NormalHedge, ThompsonCtx, HedgeCtx, LinUCB, SpecSelect, Random)
+ALL = (UCB1, EXP3, Hedge, NormalHedge, UCBSpec, EXP3Spec, HedgeQuery, ThompsonCtx, HedgeCtx, LinUCB,
+       SpecSelect, Random)
 
 
 def make_policies(random_state: int = 0) -> list[_Policy]:

@@ -1,7 +1,8 @@
 """Counterfactual replay over block logs: tables, oracles, and replay of any policy.
 
-Every statistic follows DESIGN.md's definitions, over block starts (records with `block`;
-every record when a log has none). On dense logs the replay is exact along any trajectory:
+Every statistic follows docs/DESIGN.md's definitions, on a block set (bandit/trajectory.py):
+the logged block starts of a sparse log, the primary's own trajectory starts of a dense one;
+trajectories are counted in output tokens per target pass. On dense logs the replay is exact along any trajectory:
 a policy picks a drafter at a block start, the block produces `accepted + 1` tokens, and
 the next block starts at `pos + accepted + 1`. The trajectory oracle is the shortest path
 over positions (fewest target passes), not the greedy per-block maximum.
@@ -23,39 +24,53 @@ from typing import Annotated, Optional, Protocol, Sequence
 import numpy as np
 import typer
 
+from bandit import trajectory
+from bandit.trajectory import (TrajectoryResult, fixed_trajectory, greedy_oracle_trajectory,  # noqa: F401
+                               trajectory_oracle)
+from bandit.ci import table_stats
 from bandit.logs import BlockTable, default_inputs, load_logs
 
 
 # ---------------------------------------------------------------- static statistics
 
 def mean_table(t: BlockTable) -> np.ndarray:
-    """(W,D) mean accepted per workload and drafter over block starts (NaN: workload has none)."""
-    b = t.is_block_start
+    """(W,D) mean accepted per workload and drafter over the records of `t` (NaN: workload has none).
+
+    Give it a block set (`trajectory.block_set`): over every record of a dense log the mean is
+    the length-biased per-position mean."""
     W, D = len(t.workloads), len(t.drafters)
     sums = np.zeros((W, D))
-    np.add.at(sums, t.workload[b], t.accepted[b])
-    n = np.bincount(t.workload[b], minlength=W).astype(float)
+    np.add.at(sums, t.workload, t.accepted)
+    n = np.bincount(t.workload, minlength=W).astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         return sums / n[:, None]
 
 
 @dataclass(frozen=True)
 class ReplaySummary:
-    """DESIGN.md's replay statistics of one table (accepted tokens `a`, block starts)."""
+    """The replay statistics of one table (docs/DESIGN.md), on its block set B.
+
+    B: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts.
+    Accepted-token statistics (table, gap) are over B; on dense logs the headline is tokens per
+    target pass along trajectories (`trajectory`), and the workload headroom is counted there.
+    """
     drafters: tuple[str, ...]
     workloads: tuple[str, ...]
     label: str                        # MEASURED | SIM | UNLABELLED
-    table: np.ndarray                 # (W,D) mean accepted
-    n_per_workload: np.ndarray        # (W,) block starts per workload
-    pooled: np.ndarray                # (D,) mean accepted over all block starts
-    best_fixed: int                   # index of p: highest pooled mean (first on ties)
-    workload_oracle: float            # mean accepted when each workload uses its own best drafter
-    workload_headroom: float          # workload_oracle / pooled[p] - 1
-    per_block_oracle: float           # mean over blocks of max_d a_d
+    block_set: str                    # which blocks B is, in words
+    table: np.ndarray                 # (W,D) mean accepted over B
+    n_per_workload: np.ndarray        # (W,) blocks of B per workload
+    pooled: np.ndarray                # (D,) mean accepted over B
+    best_fixed: int                   # index of the primary p
+    workload_oracle: float            # sparse: mean accepted, each workload on its own best; dense: tokens per pass
+    workload_headroom: float          # workload_oracle / the primary's (same accounting) - 1
+    per_block_oracle: float           # mean over B of max_d a_d
     per_block_gap: float              # per_block_oracle / pooled[p] - 1
     n_blocks: int
     n_prompts: int
-    trajectory: dict[str, float] | None  # dense logs: tokens per target pass per fixed drafter and "oracle"
+    trajectory: dict[str, float] | None  # dense: tokens per target pass per fixed drafter, "greedy_oracle", "oracle"
+    trajectory_table: np.ndarray | None = None  # dense: (W,D) tokens per target pass per workload and drafter
+    per_position: dict[str, float] | None = None  # dense: the length-biased means over every position, named so
     sources: tuple[tuple[str, str], ...] = ()  # (path, sha256) of the logs read
     ci: dict | None = None            # name -> bandit.ci.Interval (95%, prompt clusters), from `with_ci`
 
@@ -63,13 +78,17 @@ class ReplaySummary:
     def best_fixed_name(self) -> str:
         return self.drafters[self.best_fixed]
 
+    primary = best_fixed_name
+
     def to_json(self) -> dict:
         out = {
             "label": self.label,
+            "block_set": self.block_set,
             "table": {w: {d: float(self.table[i, j]) for j, d in enumerate(self.drafters)}
                       for i, w in enumerate(self.workloads)},
             "pooled": {d: float(self.pooled[j]) for j, d in enumerate(self.drafters)},
             "best_fixed": self.best_fixed_name,
+            "primary": self.best_fixed_name,
             "workload_oracle": self.workload_oracle,
             "workload_headroom": self.workload_headroom,
             "per_block_oracle": self.per_block_oracle,
@@ -80,6 +99,10 @@ class ReplaySummary:
         }
         if self.trajectory is not None:
             out["trajectory"] = dict(self.trajectory)
+            out["tokens_per_pass"] = {w: {d: float(self.trajectory_table[i, j]) for j, d in enumerate(self.drafters)}
+                                      for i, w in enumerate(self.workloads)}
+        if self.per_position is not None:
+            out["per_position"] = dict(self.per_position)
         if self.ci is not None:
             out["ci"] = {k: {"value": c.value, "lo": c.lo, "hi": c.hi, "method": c.method, "unit": c.unit,
                              "n_resamples": c.n_resamples, "seed": c.seed} for k, c in self.ci.items()}
@@ -88,30 +111,50 @@ class ReplaySummary:
     def summary(self) -> str:
         tag = f"[{self.label}]" if self.label != "UNLABELLED" else "[unlabelled]"
         width = max(10, *(len(w) for w in self.workloads)) + 2
-        lines = [f"{tag} mean accepted tokens per block ({self.n_blocks} blocks, {self.n_prompts} prompts)",
-                 "workload".ljust(width) + "".join(f"{d:>10s}" for d in self.drafters) + f"{'blocks':>8s}"]
-        for i, w in enumerate(self.workloads):
-            row = self.table[i]
-            lines.append(w.ljust(width) + "".join(
-                f"{x:>9.3f}{'*' if j == np.nanargmax(row) else ' '}" for j, x in enumerate(row))
-                + f"{int(self.n_per_workload[i]):>8d}")
-        lines.append("pooled".ljust(width) + "".join(f"{x:>9.3f} " for x in self.pooled))
-        p = self.best_fixed_name
-        lines += [f"{tag} best fixed drafter: {p} ({self.pooled[self.best_fixed]:.3f})",
-                  f"{tag} workload-level hindsight oracle: {self.workload_oracle:.3f}, "
-                  f"headroom {100 * self.workload_headroom:+.1f}%{self._ci('workload_headroom')}",
-                  f"{tag} per-block oracle: {self.per_block_oracle:.3f}, gap {100 * self.per_block_gap:+.1f}%"
-                  f"{self._ci('per_block_gap')}"]
+        lines = [f"{tag} block set B: {self.block_set}"]
+
+        def grid(title: str, tab: np.ndarray, extra: np.ndarray | None, pooled: np.ndarray | None) -> None:
+            lines.append(title)
+            lines.append("workload".ljust(width) + "".join(f"{d:>10s}" for d in self.drafters)
+                         + (f"{'blocks':>8s}" if extra is not None else ""))
+            for i, w in enumerate(self.workloads):
+                row = tab[i]
+                lines.append(w.ljust(width) + "".join(
+                    f"{x:>9.3f}{'*' if j == np.nanargmax(row) else ' '}" for j, x in enumerate(row))
+                    + (f"{int(extra[i]):>8d}" if extra is not None else ""))
+            if pooled is not None:
+                lines.append("pooled".ljust(width) + "".join(f"{x:>9.3f} " for x in pooled))
+
         if self.trajectory is not None:
-            lines.append(f"{tag} trajectory replay (dense), tokens per target pass: " + ", ".join(
-                f"{k} {v:.3f}" for k, v in self.trajectory.items()))
-            lines.append(f"{tag} trajectory oracle gain over the best fixed drafter: "
-                         f"{100 * (self.trajectory['oracle'] / self.trajectory[self.best_fixed_name] - 1):+.1f}%"
+            tp = np.array([self.trajectory[d] for d in self.drafters])
+            grid(f"{tag} tokens per target pass along each fixed drafter's own trajectory ({self.n_prompts} prompts)",
+                 self.trajectory_table, None, tp)
+        grid(f"{tag} mean accepted tokens per block over B ({self.n_blocks} blocks, {self.n_prompts} prompts)",
+             self.table, self.n_per_workload, self.pooled)
+        p = self.best_fixed_name
+        what = "tokens per target pass" if self.trajectory is not None else "mean accepted over B"
+        lines += [f"{tag} primary (best fixed drafter by {what}): {p}",
+                  f"{tag} workload-level hindsight oracle ({what}): {self.workload_oracle:.3f}, "
+                  f"headroom {100 * self.workload_headroom:+.1f}%{self._ci('workload_headroom')}",
+                  f"{tag} per-block oracle over B: {self.per_block_oracle:.3f} accepted, gap "
+                  f"{100 * self.per_block_gap:+.1f}%{self._ci('per_block_gap')}"]
+        if self.trajectory is not None:
+            lines.append(f"{tag} tokens per target pass: " + ", ".join(
+                f"{k} {self.trajectory[k]:.3f}" for k in (p, "greedy_oracle", "oracle")))
+            lines.append(f"{tag} trajectory oracle (shortest path) gain over the primary: "
+                         f"{100 * (self.trajectory['oracle'] / self.trajectory[p] - 1):+.1f}%"
                          f"{self._ci('trajectory_oracle_gain')}")
+        if self.per_position is not None:
+            pp = self.per_position
+            lines.append(f"{tag} for contrast, length-biased means over all positions (not block statistics): "
+                         f"per_block_gap_per_position {100 * pp['per_block_gap_per_position']:+.1f}%"
+                         f"{self._ci('per_block_gap_per_position')}, workload_headroom_per_position "
+                         f"{100 * pp['workload_headroom_per_position']:+.1f}%{self._ci('workload_headroom_per_position')}")
         if self.ci:
             c = next(iter(self.ci.values()))
             lines.append(f"95% CIs: {c.method} bootstrap over {c.unit} clusters within workloads, "
-                         f"{c.n_resamples} resamples, seed {c.seed}; the best fixed drafter is re-chosen in every resample")
+                         f"{c.n_resamples} resamples, seed {c.seed}; the primary and its block set are re-chosen "
+                         "in every resample")
         return "\n".join(lines)
 
     def _ci(self, name: str) -> str:
@@ -119,39 +162,74 @@ class ReplaySummary:
         return "" if c is None else f" (95% CI [{100 * c.lo:+.1f}%, {100 * c.hi:+.1f}%])"
 
 
-def summarize(t: BlockTable) -> ReplaySummary:
-    """Tables, best fixed drafter, workload and per-block oracles (and trajectories on dense logs)."""
-    b = t.blocks()
-    if b.n_records == 0:
-        raise ValueError("no block starts to replay")
+def _accepted_stats(b: BlockTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float, float]:
+    """(table (W,D), blocks per workload (W,), pooled (D,), p, workload oracle, per-block oracle) over b's rows."""
     a = b.accepted.astype(float)
     table = mean_table(b)
     n_w = np.bincount(b.workload, minlength=len(b.workloads))
     pooled = a.mean(0)
     p = int(np.argmax(pooled))
     present = n_w > 0
-    wl_oracle = float((n_w[present] * table[present].max(1)).sum() / n_w.sum())
-    pb_oracle = float(a.max(1).mean())
-    traj = None
-    if t.dense:
-        traj = {d: fixed_trajectory(t, j).tokens_per_pass for j, d in enumerate(t.drafters)}
-        traj["oracle"] = trajectory_oracle(t).tokens_per_pass
-    return ReplaySummary(drafters=t.drafters, workloads=t.workloads, label=t.label, table=table,
-                         n_per_workload=n_w, pooled=pooled, best_fixed=p, workload_oracle=wl_oracle,
-                         workload_headroom=wl_oracle / pooled[p] - 1, per_block_oracle=pb_oracle,
-                         per_block_gap=pb_oracle / pooled[p] - 1, n_blocks=b.n_records,
-                         n_prompts=len(np.unique(b.prompt)), trajectory=traj,
-                         sources=tuple((s.path, s.sha256) for s in t.sources))
+    wl = float((n_w[present] * table[present].max(1)).sum() / n_w.sum())
+    return table, n_w, pooled, p, wl, float(a.max(1).mean())
+
+
+def summarize(t: BlockTable) -> ReplaySummary:
+    """Tables, primary, workload and per-block oracles on the block set (and trajectories on dense logs)."""
+    if t.n_records == 0:
+        raise ValueError("no block starts to replay")
+    srcs = tuple((s.path, s.sha256) for s in t.sources)
+    if not t.dense:
+        b = t.blocks()
+        table, n_w, pooled, p, wl, pb = _accepted_stats(b)
+        return ReplaySummary(drafters=t.drafters, workloads=t.workloads, label=t.label,
+                             block_set=f"the logged behaviour trajectory's {b.n_records} block starts (sparse log)",
+                             table=table, n_per_workload=n_w, pooled=pooled, best_fixed=p, workload_oracle=wl,
+                             workload_headroom=wl / pooled[p] - 1, per_block_oracle=pb,
+                             per_block_gap=pb / pooled[p] - 1, n_blocks=b.n_records,
+                             n_prompts=len(np.unique(b.prompt)), trajectory=None, sources=srcs)
+    starts = trajectory.fixed_starts(t)
+    passes = trajectory.fixed_passes(t, starts)                       # (P, D)
+    tokens = trajectory.output_lengths(t)                              # (P,)
+    p = int(trajectory.primary_index(passes.sum(0)))
+    b = trajectory.block_set(t, p)
+    table, n_w, pooled, _, _, pb = _accepted_stats(b)
+    W = len(t.workloads)
+    wl_of = t.workload[trajectory.prompt_rows(t)[0]]
+    pw = np.zeros((W, len(t.drafters)))
+    np.add.at(pw, wl_of, passes)
+    tok_w = np.bincount(wl_of, tokens, minlength=W)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        traj_table = tok_w[:, None] / pw
+    traj = {d: float(tokens.sum() / passes[:, j].sum()) for j, d in enumerate(t.drafters)}
+    traj["greedy_oracle"] = greedy_oracle_trajectory(t).tokens_per_pass
+    traj["oracle"] = trajectory_oracle(t).tokens_per_pass
+    wl_oracle = float(tokens.sum() / pw.min(1).sum())
+    # the length-biased figures the per-position mean gives, kept only under names that say so
+    _, _, pp_pooled, pp_p, pp_wl, pp_pb = _accepted_stats(t)
+    per_pos = {"per_block_gap_per_position": pp_pb / pp_pooled[pp_p] - 1,
+               "workload_headroom_per_position": pp_wl / pp_pooled[pp_p] - 1,
+               "best_fixed_per_position": t.drafters[pp_p]}
+    return ReplaySummary(drafters=t.drafters, workloads=t.workloads, label=t.label,
+                         block_set=f"the primary {t.drafters[p]}'s own trajectory starts, {b.n_records} blocks "
+                                   f"(dense log of {t.n_records} positions)",
+                         table=table, n_per_workload=n_w, pooled=pooled, best_fixed=p, workload_oracle=wl_oracle,
+                         workload_headroom=wl_oracle / traj[t.drafters[p]] - 1, per_block_oracle=pb,
+                         per_block_gap=pb / pooled[p] - 1, n_blocks=b.n_records, n_prompts=t.n_prompts,
+                         trajectory=traj, trajectory_table=traj_table, per_position=per_pos, sources=srcs)
 
 
 def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int = 0) -> ReplaySummary:
     """`s` with 95% bootstrap CIs (bandit.ci: prompt clusters within workloads, percentile) of the
     headroom, the per-block gap and, on dense logs, the trajectory oracle gain."""
-    from bandit.ci import table_stats, trajectory_stats
-    entries = table_stats(t.blocks(), "prompt", n_resamples, seed, "percentile")[:2]
-    if t.dense:
-        entries += trajectory_stats(t, n_resamples, seed, "percentile")
-    return replace(s, ci={e.name: e.ci for e in entries})
+    keep = ("per_block_gap", "workload_headroom", "trajectory_oracle_gain")
+    entries = [e for e in table_stats(t, "prompt", n_resamples, seed, "percentile") if e.name in keep]
+    cis = {e.name: e.ci for e in entries}
+    if t.dense:   # the length-biased per-position figures, for contrast: every position treated as a block
+        from bandit.ci import _accepted_stats
+        for e in _accepted_stats(t, "prompt", n_resamples, seed, "percentile", rechoose=True)[:2]:
+            cis[f"{e.name}_per_position"] = e.ci
+    return replace(s, ci=cis)
 
 
 # ---------------------------------------------------------------- policies
@@ -211,22 +289,6 @@ class BlockReplayResult:
         return float(self.reward.mean())
 
 
-@dataclass(frozen=True)
-class TrajectoryResult:
-    """Trajectory replay on a dense log: tokens and target passes per prompt (P prompts)."""
-    policy: str
-    label: str
-    tokens: np.ndarray    # (P,) int: output tokens produced (the output's length)
-    passes: np.ndarray    # (P,) int: target passes (blocks) used
-    workload: np.ndarray  # (P,) int
-    chosen: np.ndarray    # (B,) int: drafter per block, prompt by prompt ([] for the vectorised oracle)
-    cluster: np.ndarray   # (B,) int: prompt of each block
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return float(self.tokens.sum() / self.passes.sum())
-
-
 LOOKUP_KINDS = ("ngram", "lookup", "prompt_lookup", "copy", "suffix")  # drafters whose draft is known before choosing
 
 
@@ -241,16 +303,14 @@ def policy_timing(t: BlockTable) -> dict:
     return timing
 
 
-def _prompt_rows(t: BlockTable) -> tuple[np.ndarray, np.ndarray]:
-    """(start, length) of each prompt's rows (records are sorted by prompt, pos)."""
-    starts = np.searchsorted(t.prompt, np.arange(t.n_prompts))
-    ends = np.searchsorted(t.prompt, np.arange(t.n_prompts), side="right")
-    return starts, ends - starts
+_prompt_rows = trajectory.prompt_rows
+_require_dense = trajectory.require_dense
 
 
 def block_rows(t: BlockTable) -> list[np.ndarray]:
-    """Block-start rows of each prompt (P arrays), ascending positions."""
-    rows = np.flatnonzero(t.is_block_start)
+    """Rows of the block set B of each prompt (P arrays, ascending positions): the logged block starts of a
+    sparse log, the primary's own trajectory starts of a dense one."""
+    rows = np.flatnonzero(trajectory.block_mask(t))
     return np.split(rows, np.searchsorted(t.prompt[rows], np.arange(1, t.n_prompts)))
 
 
@@ -328,12 +388,6 @@ def block_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | None 
                              row=rows)
 
 
-def _require_dense(t: BlockTable) -> None:
-    if not t.dense:
-        raise ValueError("trajectory replay needs a dense log (a record at every position 0..n-1 of every "
-                         "prompt); this one is sparse")
-
-
 def trajectory_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | None = None) -> TrajectoryResult:
     """Replay `policy` along its own trajectory: the next block starts at pos + accepted + 1."""
     rows, chosen, _, _ = walk(t, policy, "trajectory", prompt_order)
@@ -342,45 +396,6 @@ def trajectory_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | 
     return TrajectoryResult(policy=policy.name, label=t.label, tokens=lengths.astype(np.int64),
                             passes=np.bincount(cluster, minlength=t.n_prompts).astype(np.int64),
                             workload=t.workload[starts].astype(np.int64), chosen=chosen, cluster=cluster)
-
-
-def fixed_trajectory(t: BlockTable, d: int) -> TrajectoryResult:
-    """`trajectory_replay` of always-drafter-d, vectorised over prompts (same result, no Python per block)."""
-    _require_dense(t)
-    starts, lengths = _prompt_rows(t)
-    pos = np.zeros(t.n_prompts, np.int64)
-    passes = np.zeros(t.n_prompts, np.int64)
-    live = pos < lengths
-    while live.any():
-        r = starts[live] + pos[live]
-        pos[live] += t.accepted[r, d] + 1
-        passes[live] += 1
-        live = pos < lengths
-    return TrajectoryResult(policy=f"fixed:{t.drafters[d]}", label=t.label, tokens=lengths.astype(np.int64),
-                            passes=passes, workload=t.workload[starts].astype(np.int64),
-                            chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
-
-
-def trajectory_oracle(t: BlockTable) -> TrajectoryResult:
-    """Fewest target passes per prompt when any drafter may run at any block start.
-
-    Dynamic programming backwards over positions, all prompts at once:
-    f(pos) = 0 for pos >= n, else 1 + min_d f(pos + a_d(pos) + 1).
-    """
-    _require_dense(t)
-    starts, lengths = _prompt_rows(t)
-    P, N = t.n_prompts, int(lengths.max())
-    pr = np.arange(P)
-    f = np.zeros((P, N + 1), np.int64)           # f[:, N] = 0: past every output's end
-    for pos in range(N - 1, -1, -1):
-        live = pos < lengths
-        r = starts[live] + pos
-        nxt = np.minimum(pos + t.accepted[r].astype(np.int64) + 1, N)       # (live, D)
-        f[live, pos] = 1 + f[pr[live][:, None], nxt].min(1)
-    # a position past a prompt's end holds f = 0 only if nothing wrote it: positions >= n stay 0
-    return TrajectoryResult(policy="oracle", label=t.label, tokens=lengths.astype(np.int64), passes=f[:, 0],
-                            workload=t.workload[starts].astype(np.int64),
-                            chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
 
 
 # ---------------------------------------------------------------- entry points
@@ -416,10 +431,14 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         s = with_ci(s, t, resamples, seed)
     if json_out:
         typer.echo(json.dumps(s.to_json(), sort_keys=True))
-    else:
-        typer.echo(said)
-        typer.echo(t.summary())
-        typer.echo(s.summary())
+        return
+    from bandit.ci import code_version
+    text = (f"{said}\n{t.summary()}\n{s.summary()}\ninputs: "
+            + ", ".join(f"{p} sha256:{h[:12]}" for p, h in s.sources) + f"; code {code_version()}\n")
+    typer.echo(text, nl=False)
+    if not paths:   # the default campaign's tables are a derived output; your own logs' are printed only
+        Path("runs/replay.txt").write_text(text)
+        typer.echo("wrote runs/replay.txt")
 
 
 if __name__ == "__main__":

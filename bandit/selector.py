@@ -1,20 +1,27 @@
 """The per-block selector: re-draft or not, from the primary draft's own confidence.
 
-Primary p = best fixed drafter (highest pooled mean accepted), alternatives A = the others
-(or `--alternatives`). A score of the primary draft's features (conf_mean, conf_min,
-conf_first, ent_mean) decides r(b) = score >= threshold; outcome a_sel = max over {p} U A when
-r = 1, else a_p. Scores: `logistic` (scikit-learn LogisticRegression on the standardised
-features, label = some alternative accepts more than the primary), and the training-free
-stopping rules of prior work, `conf_min` (re-draft when conf_min is low) and `ent_mean`
-(re-draft when the mean entropy is high).
+Judged by its ranking, deployed by measured costs (docs/DESIGN.md, "Selector"):
 
-LOWO: each workload is held out in turn; `NestedSelector.fit` sees the training workloads
-only, fits the score there and picks the threshold by an inner leave-one-workload-out loop
-over those same workloads (criterion: modelled speedup at rho 0.10, alpha 0 by default;
-`skill` = capture / redraft rate; `net` = capture - redraft rate). The held-out rows reach
-only `predict`, so no path leads from test data to the threshold.
+- A *score* of the primary draft ranks blocks by how likely an alternative beats it:
+  `logistic` (an L2 logistic regression on the standardised conf_mean, conf_min, conf_first,
+  ent_mean; label = some other drafter produces more tokens than the primary), and the
+  training-free `conf_min` (low first), `ent_mean` (high first) and `draft_empty` (the primary
+  proposed nothing).
+- Headline: the area under the out-of-fold capture-vs-redraft frontier (0.5 = random ranking),
+  per held-out workload and pooled. Capture is of the gap to the best of all drafters.
+- Operating point: inside each leave-one-workload-out fold, on the training workloads only,
+  the primary (most tokens per target pass there), and by an inner leave-one-workload-out loop
+  the alternatives set (each single other drafter, each pair, or all of them) and the threshold
+  that maximise the cost model's speedup (bandit/breakeven.py: the manifest's measured costs,
+  else its documented what-if). The held-out workload then meets that rule unchanged. An
+  operating point that never (or always) re-drafts is reported as such; skill = capture /
+  redraft rate only where it re-drafts at all.
 
-    python bandit/selector.py [PATHS...]    # LOWO table + runs/selector_frontier.{png,csv}
+On dense logs every fold works on the block set of its primary (its own trajectory starts);
+token counts are tau = accepted + 1 capped at the output's end. Refits are batched over
+bootstrap resamples (bandit/logistic.py), so `nested(t, counts)` evaluates all resamples at once.
+
+    python bandit/selector.py [PATHS...] [--out-dir DIR]    # LOWO table + DIR/selector_frontier.{png,csv}
 """
 from __future__ import annotations
 
@@ -23,326 +30,371 @@ if __package__ in (None, ""):  # run as `python bandit/selector.py`: import our 
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
-from typing import Annotated, Callable, Optional, Sequence
+from typing import Annotated, Optional, Sequence
 
 import numpy as np
-import sklearn
 import typer
-from scipy.special import expit
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import StandardScaler
 
-from bandit.breakeven import REF_ALPHA, REF_RHO, breakeven_regime, breakeven_rho, speedup_equal
+from bandit import logistic, trajectory
+from bandit.breakeven import Costs, costs_for
 from bandit.logs import FEATURES, BlockTable
 
-SCORES = ("logistic", "conf_min", "ent_mean")
-CRITERIA = ("speedup", "skill", "net")
-LEVELS = np.round(np.linspace(0.02, 0.98, 49), 2)  # probability thresholds (logistic), quantile levels (baselines)
-STAT_NAMES = ("breakeven_rho", "selector_capture", "selector_redraft_rate", "selector_skill", "token_gain")
+SCORES = ("logistic", "conf_min", "ent_mean", "draft_empty")
+MAX_SUBSET = 2      # alternatives sets searched: every single drafter, every pair, and all of them
+C_REG = 1.0         # inverse L2 strength of the logistic score (scikit-learn's C)
 
 
-# ---------------------------------------------------------------- outcomes of a decision rule
-
-@dataclass(frozen=True)
-class Outcome:
-    """What re-drafting on a set of blocks achieves (weighted means over blocks)."""
-    capture: float       # C = (mean a_sel - mean a_p) / (mean a_best - mean a_p)
-    redraft_rate: float  # R = mean r
-    skill: float         # C / R; 1.0 = re-drafting at random
-    token_gain: float    # g = mean (a_sel + 1) / mean (a_p + 1) - 1
-
-    @property
-    def net(self) -> float:
-        return self.capture - self.redraft_rate
-
-
-def curve(scores: np.ndarray, thresholds: np.ndarray, a_p: np.ndarray, a_best: np.ndarray,
-          w: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Capture, redraft rate, skill, token gain (each (T,)) of `scores >= threshold` for every threshold."""
-    w = np.ones(scores.size) if w is None else w
-    r = (scores[None, :] >= np.asarray(thresholds, float)[:, None]).astype(float)   # (T, B)
-    up = w * (a_best - a_p)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        R = r @ w / w.sum()
-        C = r @ up / up.sum()
-        return {"capture": C, "redraft_rate": R, "skill": C / R, "token_gain": (r @ up) / (w @ (a_p + 1.0))}
-
-
-def outcome(r: np.ndarray, a_p: np.ndarray, a_best: np.ndarray, w: np.ndarray | None = None) -> Outcome:
-    c = curve(r.astype(float), np.array([0.5]), a_p, a_best, w)
-    return Outcome(*(float(c[k][0]) for k in ("capture", "redraft_rate", "skill", "token_gain")))
-
-
-def criterion_value(c: dict[str, np.ndarray], criterion: str, n_alternatives: int,
-                    rho: float = REF_RHO, alpha: float = REF_ALPHA) -> np.ndarray:
-    """(T,) the value each threshold is chosen by (higher is better; NaN never wins)."""
-    if criterion == "speedup":
-        v = speedup_equal(c["token_gain"], c["redraft_rate"], n_alternatives, rho, alpha)
-    elif criterion == "skill":
-        v = c["skill"]
-    elif criterion == "net":
-        v = c["capture"] - c["redraft_rate"]
-    else:
-        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
-    return np.where(np.isfinite(v), v, -np.inf)
-
-
-# ---------------------------------------------------------------- the estimator
-
-class NestedSelector:
-    """Score + threshold, both fitted on training workloads only (scikit-learn style).
-
-    fit(X (n,4), a_p (n,), a_best (n,), groups (n,) workload, sample_weight (n,)) fits the score
-    on all rows and picks `threshold_` by an inner leave-one-group-out loop over `groups`
-    (with a single group the threshold is chosen in-sample on it). predict(X) -> (n,) bool re-draft.
-    """
-
-    def __init__(self, score: str = "logistic", criterion: str = "speedup", n_alternatives: int = 1,
-                 rho: float = REF_RHO, alpha: float = REF_ALPHA, C: float = 1.0, random_state: int = 0,
-                 fit_memo: dict | None = None):
-        self.score, self.criterion, self.n_alternatives = score, criterion, n_alternatives
-        self.rho, self.alpha, self.C, self.random_state = rho, alpha, C, random_state
-        self.fit_memo = fit_memo  # shared by the folds of one LOWO: a fit is keyed by the training groups it saw
-
-    def _fit_score(self, X, y, w, groups):
-        if self.score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got {self.score!r}")
-        if self.score != "logistic":
-            return None
-        key = tuple(np.unique(groups[w > 0]).tolist())
-        if self.fit_memo is not None and key in self.fit_memo:
-            return self.fit_memo[key]
-        model = self._fit_logistic(X, y, w)
-        if self.fit_memo is not None:
-            self.fit_memo[key] = model
-        return model
-
-    def _fit_logistic(self, X, y, w):
-        keep = w > 0
-        X, y, w = X[keep], y[keep], w[keep]
-        classes = np.unique(y[w > 0])
-        if classes.size < 2:   # nothing to separate: a constant score equal to the only class
-            return float(classes[0]) if classes.size else 0.0
-        m = Pipeline([("scale", StandardScaler()),
-                      ("lr", LogisticRegression(C=self.C, solver="newton-cholesky", random_state=self.random_state))])
-        with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
-            m.fit(X, y, scale__sample_weight=w, lr__sample_weight=w)
-        sc, lr = m.named_steps["scale"], m.named_steps["lr"]
-        # the fitted pipeline as (mean, scale, coef, intercept): scoring by hand skips sklearn's per-call validation
-        return m, sc.mean_, sc.scale_, lr.coef_[0], float(lr.intercept_[0])
-
-    def _score(self, model, X) -> np.ndarray:
-        if self.score == "conf_min":
-            return -X[:, FEATURES.index("conf_min")]   # low confidence -> re-draft
-        if self.score == "ent_mean":
-            return X[:, FEATURES.index("ent_mean")]
-        if isinstance(model, float):
-            return np.full(X.shape[0], model)
-        _, mean, scale, coef, icpt = model
-        return expit((X - mean) / scale @ coef + icpt)
-
-    def _grid(self, scores: np.ndarray, w: np.ndarray) -> np.ndarray:
-        if self.score == "logistic":
-            return LEVELS.astype(float)
-        o = np.argsort(scores, kind="stable")          # weighted quantiles of the training scores
-        cw = np.cumsum(w[o]) / w.sum()
-        return np.unique(scores[o][np.minimum(np.searchsorted(cw, LEVELS), o.size - 1)])
-
-    def fit(self, X, a_p, a_best, groups, sample_weight=None) -> "NestedSelector":
-        X, a_p, a_best, groups = np.asarray(X, float), np.asarray(a_p, float), np.asarray(a_best, float), np.asarray(groups)
-        w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, float)
-        y = (a_best > a_p).astype(int)
-        self.model_ = self._fit_score(X, y, w, groups)
-        gs = np.unique(groups[w > 0])
-        oof = self._score(self.model_, X)
-        if gs.size >= 2:
-            for g in gs:
-                tr, te = (groups != g) & (w > 0), groups == g
-                oof[te] = self._score(self._fit_score(X[tr], y[tr], w[tr], groups[tr]), X[te])
-        grid = self._grid(oof, w)
-        self.inner_curve_ = curve(oof, grid, a_p, a_best, w)
-        crit = criterion_value(self.inner_curve_, self.criterion, self.n_alternatives, self.rho, self.alpha)
-        self.thresholds_ = grid
-        self.threshold_ = float(grid[int(np.argmax(crit))])
-        self.inner_groups_ = gs
-        return self
-
-    def decision_function(self, X) -> np.ndarray:
-        return self._score(self.model_, np.asarray(X, float))
-
-    def predict(self, X) -> np.ndarray:
-        return self.decision_function(X) >= self.threshold_
-
-    def threshold_text(self) -> str:
-        if self.score == "conf_min":
-            return f"conf_min<={-self.threshold_:.3f}"
-        if self.score == "ent_mean":
-            return f"ent_mean>={self.threshold_:.3f}"
-        return f"{self.threshold_:.2f}"
-
-
-# ---------------------------------------------------------------- LOWO on arrays
+# ---------------------------------------------------------------- the data of one candidate primary
 
 @dataclass(frozen=True)
-class SelectorData:
-    """The selector's view of the block starts for one primary. B blocks."""
-    X: np.ndarray          # (B, 4) primary draft features
-    a_p: np.ndarray        # (B,) primary accepted
-    a_best: np.ndarray     # (B,) max over {p} U A
+class Candidate:
+    """The selector's view of the block set of one candidate primary q (B blocks)."""
+    q: int
+    rows: np.ndarray       # (B,) record index in the table
+    X: np.ndarray          # (B, 4) q's draft features
+    empty: np.ndarray      # (B,) bool: q proposed nothing
+    tau: np.ndarray        # (B, D) tokens each drafter's block would produce (capped at the output's end)
     workload: np.ndarray   # (B,) int
-    primary: str
-    alternatives: tuple[str, ...]
+    prompt: np.ndarray     # (B,) int
 
 
-def selector_data(b: BlockTable, alternatives: Sequence[str] | None = None, w: np.ndarray | None = None) -> SelectorData:
-    """Primary = the best fixed drafter under weights w (remade per bootstrap resample)."""
-    w = np.ones(b.n_records) if w is None else w
-    p = int(np.argmax(w @ b.accepted.astype(float)))
-    alts = [d for d in (alternatives or b.drafters) if d != b.drafters[p]]
-    if not alts:
-        raise ValueError(f"no alternative drafter left besides the primary {b.drafters[p]}")
-    j = [b.drafters.index(d) for d in alts]
-    a = b.accepted.astype(float)
-    return SelectorData(X=b.features[:, p, :], a_p=a[:, p], a_best=np.maximum(a[:, p], a[:, j].max(1)),
-                        workload=b.workload, primary=b.drafters[p], alternatives=tuple(alts))
+def candidates(t: BlockTable, only: int | None = None) -> list[Candidate | None]:
+    """One Candidate per drafter (dense logs: its own trajectory starts; sparse: the logged block starts)."""
+    starts = trajectory.fixed_starts(t) if t.dense else None
+    base = None if t.dense else np.flatnonzero(t.is_block_start)
+    out: list[Candidate | None] = []
+    for q in range(len(t.drafters)):
+        if only is not None and q != only:
+            out.append(None)
+            continue
+        rows = np.flatnonzero(starts[:, q]) if t.dense else base
+        b = t.take(rows)
+        out.append(Candidate(q, rows, b.features[:, q, :], b.draft_len[:, q] == 0, trajectory.block_tokens(t, b),
+                             b.workload.astype(np.int64), b.prompt.astype(np.int64)))
+    return out
 
 
-def lowo_arrays(s: SelectorData, w: np.ndarray, score: str, criterion: str, random_state: int = 0
-                ) -> tuple[np.ndarray, np.ndarray, dict[int, NestedSelector]]:
-    """Out-of-fold (scores (B,), re-draft decisions (B,) bool, fitted estimator per held-out workload)."""
-    scores, redraft, fits, memo = np.zeros(s.a_p.size), np.zeros(s.a_p.size, bool), {}, {}
-    for g in np.unique(s.workload[w > 0]):
-        tr = (s.workload != g) & (w > 0)
-        te = s.workload == g
-        est = NestedSelector(score, criterion, len(s.alternatives), random_state=random_state, fit_memo=memo)
-        est.fit(s.X[tr], s.a_p[tr], s.a_best[tr], s.workload[tr], w[tr])   # the held-out rows are not passed
-        scores[te], redraft[te], fits[int(g)] = est.decision_function(s.X[te]), est.predict(s.X[te]), est
-    return scores, redraft, fits
+def fold_primary(t: BlockTable, cands: list[Candidate | None], wp: np.ndarray, train: np.ndarray,
+                 fixed: int | None) -> np.ndarray:
+    """(m,) primary per resample on the training workloads: most tokens per pass (dense) or highest mean
+    accepted over the block starts (sparse), under prompt weights wp (m, P); `fixed` overrides."""
+    m = wp.shape[0]
+    if fixed is not None:
+        return np.full(m, fixed)
+    trp = train[t.workload[trajectory.prompt_rows(t)[0]]] if t.n_prompts else np.zeros(0, bool)
+    if t.dense:
+        passes = trajectory.fixed_passes(t).astype(float)          # (P, D)
+        return trajectory.primary_index((wp * trp) @ passes)
+    c = cands[0]
+    keep = train[c.workload]
+    w = wp[:, c.prompt] * keep
+    a = t.accepted[c.rows].astype(float)
+    return np.argmax(w @ a, 1)
 
 
-def nested_stat(b: BlockTable, score: str = "logistic", criterion: str = "speedup",
-                alternatives: Sequence[str] | None = None, random_state: int = 0) -> Callable[[np.ndarray], np.ndarray]:
-    """stat(weights (B,)) -> STAT_NAMES then skill per workload, everything refitted under the weights."""
-    W = len(b.workloads)
+# ---------------------------------------------------------------- scores
 
-    def stat(w: np.ndarray) -> np.ndarray:
-        s = selector_data(b, alternatives, w)
-        _, r, _ = lowo_arrays(s, w, score, criterion, random_state)
-        o = outcome(r, s.a_p, s.a_best, w)
-        be = breakeven_rho(o.token_gain, o.redraft_rate, len(s.alternatives), 0.0)
-        if be is None:  # no root on rho >= 0: 0 if it never wins, inf if it always does
-            be = np.inf if breakeven_regime(o.token_gain, o.redraft_rate, len(s.alternatives), 0.0) == "always" else 0.0
-        per = [outcome(r, s.a_p, s.a_best, w * (s.workload == g)).skill for g in range(W)]
-        return np.array([be, o.capture, o.redraft_rate, o.skill, o.token_gain, *per])
-    return stat
+def _raw_score(c: Candidate, score: str) -> np.ndarray | None:
+    if score == "conf_min":
+        return -c.X[:, FEATURES.index("conf_min")]
+    if score == "ent_mean":
+        return c.X[:, FEATURES.index("ent_mean")]
+    if score == "draft_empty":
+        return c.empty.astype(float)
+    if score == "logistic":
+        return None
+    raise ValueError(f"score must be one of {SCORES}, got {score!r}")
 
 
-# ---------------------------------------------------------------- LOWO on a table, with CIs
+class _Fits:
+    """Batched logistic fits of one candidate, memoised by the set of training workloads."""
+
+    def __init__(self, c: Candidate, w: np.ndarray):
+        self.c, self.w, self.memo = c, w, {}
+        best_other = np.delete(c.tau, c.q, axis=1).max(1) if c.tau.shape[1] > 1 else c.tau[:, c.q]
+        self.y = (best_other > c.tau[:, c.q]).astype(float)
+
+    def scores(self, train: frozenset, rows: np.ndarray) -> np.ndarray:
+        """(m, len(rows)) P(some alternative beats the primary) from the model fitted on `train` workloads."""
+        if train not in self.memo:
+            keep = np.isin(self.c.workload, sorted(train))
+            self.memo[train] = logistic.fit_batched(self.c.X[keep], self.y[keep], self.w[:, keep], C=C_REG)
+        return self.memo[train].predict_proba(self.c.X[rows])
+
+
+def oof_scores(c: Candidate, w: np.ndarray, score: str, train: Sequence[int], held: int,
+               fits: _Fits | None) -> tuple[np.ndarray, np.ndarray]:
+    """Out-of-fold scores, (m, n_held) on the held-out workload and (m, n_train) on the training rows from the
+    inner leave-one-workload-out loop (each training workload scored by a model that never saw it)."""
+    m = w.shape[0]
+    held_rows = np.flatnonzero(c.workload == held)
+    tr_rows = np.flatnonzero(np.isin(c.workload, list(train)))
+    raw = _raw_score(c, score)
+    if raw is not None:
+        return np.broadcast_to(raw[held_rows], (m, held_rows.size)), np.broadcast_to(raw[tr_rows], (m, tr_rows.size))
+    s_held = fits.scores(frozenset(train), held_rows)
+    s_tr = np.empty((m, tr_rows.size))
+    for h in train:
+        inner = [g for g in train if g != h]
+        at = c.workload[tr_rows] == h
+        s_tr[:, at] = fits.scores(frozenset(inner), tr_rows[at]) if inner else 0.5
+    return s_held, s_tr
+
+
+# ---------------------------------------------------------------- frontier and operating point
+
+def frontier_area(s: np.ndarray, w: np.ndarray, up: np.ndarray) -> float:
+    """Area under capture (of sum w*up) vs redraft rate (of sum w) re-drafting in decreasing score order.
+
+    Tied scores are one step (its points joined linearly: random order within a tie). 0.5 = random;
+    NaN when there is nothing to capture."""
+    tot_w, tot_u = float(w.sum()), float((w * up).sum())
+    if tot_w <= 0 or tot_u <= 0:
+        return float("nan")
+    o = np.argsort(-s, kind="stable")
+    so = s[o]
+    ends = np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
+    R = np.r_[0.0, np.cumsum(w[o])[ends] / tot_w]
+    C = np.r_[0.0, np.cumsum((w * up)[o])[ends] / tot_u]
+    return float(np.sum(np.diff(R) * (C[1:] + C[:-1]) / 2))
+
+
+def alternative_sets(D: int, p: int) -> list[tuple[int, ...]]:
+    others = [d for d in range(D) if d != p]
+    sets = [c for k in range(1, min(MAX_SUBSET, len(others)) + 1) for c in combinations(others, k)]
+    if len(others) > MAX_SUBSET:
+        sets.append(tuple(others))
+    return sets
+
 
 @dataclass(frozen=True)
-class Fold:
-    workload: str
-    threshold: str       # chosen by the inner LOWO over the other workloads
-    outcome: Outcome
-    skill_ci: tuple[float, float] | None
+class Rule:
+    """An operating point chosen on training workloads: re-draft with `alts` when score >= threshold."""
+    primary: int
+    alts: tuple[int, ...]
+    threshold: float      # +inf: never re-draft; -inf: always
+    speedup: float        # modelled speedup on the training workloads' inner out-of-fold scores
 
     @property
-    def verdict(self) -> str:
-        return "never re-drafts" if self.outcome.redraft_rate == 0 else verdict(self.skill_ci)
+    def kind(self) -> str:
+        return "never" if self.threshold == np.inf else "always" if self.threshold == -np.inf else "threshold"
 
 
-def verdict(ci: tuple[float, float] | None) -> str:
-    if ci is None or not np.all(np.isfinite(ci)):
+def choose_rule(s: np.ndarray, w: np.ndarray, tau: np.ndarray, p: int, costs: Costs) -> Rule:
+    """The (alternatives set, threshold) of highest modelled speedup over the inner out-of-fold scores s (n,)."""
+    best = Rule(p, (), np.inf, 1.0)
+    keep = w > 0
+    if not keep.any():
+        return best
+    s, w, tau = s[keep], w[keep], tau[keep]
+    o = np.argsort(-s, kind="stable")
+    so = s[o]
+    ends = np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
+    cw = np.cumsum(w[o])[ends]
+    R = cw / w.sum()
+    base = float(w @ tau[:, p])
+    for alts in alternative_sets(tau.shape[1], p):
+        up = tau[:, list(alts) + [p]].max(1) - tau[:, p]
+        g = np.cumsum((w * up)[o])[ends] / base
+        sp = costs.speedup(p, alts, R, g)
+        i = int(np.argmax(sp))
+        if sp[i] > best.speedup + 1e-12:
+            thr = -np.inf if i == ends.size - 1 else float(so[ends[i]])
+            best = Rule(p, alts, thr, float(sp[i]))
+    return best
+
+
+# ---------------------------------------------------------------- LOWO, batched over resamples
+
+@dataclass(frozen=True)
+class FoldSums:
+    """Weighted sums of one held-out workload's blocks under its fold's rule, (m,) each."""
+    w: np.ndarray          # total block weight
+    r: np.ndarray          # weight re-drafted
+    gain: np.ndarray       # tokens gained by re-drafting (tau_sel - tau_p)
+    room: np.ndarray       # tokens re-drafting every block with the rule's alternatives would gain
+    base: np.ndarray       # tokens of the primary alone
+
+
+@dataclass(frozen=True)
+class NestedResult:
+    """LOWO of every score over m weightings (m = 1: the data as they are; else bootstrap resamples)."""
+    workloads: tuple[str, ...]
+    drafters: tuple[str, ...]
+    areas: dict[str, np.ndarray]        # score -> (m, W + 1): frontier area per held-out workload, then pooled
+    sums: dict[str, list[FoldSums]]     # score -> W folds of the operating point
+    rules: dict[str, list[list[Rule]]]  # score -> W folds -> m rules
+    costs: Costs
+
+    def outcome(self, score: str, fold: int | None = None) -> dict[str, np.ndarray]:
+        """capture, redraft_rate, skill, token_gain, speedup [MODEL], each (m,), for one fold or pooled."""
+        fs = self.sums[score] if fold is None else [self.sums[score][fold]]
+        tot = {k: np.sum([getattr(f, k) for f in fs], 0) for k in ("w", "r", "gain", "room", "base")}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            R = tot["r"] / tot["w"]
+            C = np.where(tot["room"] > 0, tot["gain"] / tot["room"], np.nan)
+            g = tot["gain"] / tot["base"]
+            skill = np.where(R > 0, C / R, np.nan)
+        return {"capture": C, "redraft_rate": R, "skill": skill, "token_gain": g, "speedup": self._speedup(score, fold)}
+
+    def _speedup(self, score: str, fold: int | None) -> np.ndarray:
+        # each fold under its own rule's costs; pooled as (tokens / cost) over the primary alone's (tokens / cost)
+        tok = cost = base_tok = base_cost = 0.0
+        for f in (range(len(self.workloads)) if fold is None else [fold]):
+            s, rules = self.sums[score][f], self.rules[score][f]
+            c0 = np.array([1.0 + self.costs.rho[r.primary] for r in rules])
+            extra = np.array([float(sum(self.costs.rho[j] for j in r.alts)) + self.costs.alpha(len(r.alts))
+                              if r.alts else 0.0 for r in rules])
+            tok, cost = tok + s.base + s.gain, cost + s.w * c0 + s.r * extra
+            base_tok, base_cost = base_tok + s.base, base_cost + s.w * c0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (tok / cost) / (base_tok / base_cost)
+
+
+def nested(t: BlockTable, wp: np.ndarray, costs: Costs | None = None, scores: Sequence[str] = SCORES,
+           fixed_primary: int | None = None, row_weights: np.ndarray | None = None) -> NestedResult:
+    """Leave-one-workload-out evaluation of every score under m weightings at once.
+
+    wp (m, P) prompt weights (bootstrap draw counts; ones for the data as they are). With
+    `fixed_primary`, every fold uses that primary and `row_weights` (m, B) weights its block set's
+    rows directly (the block resampling unit).
+    """
+    W, D = len(t.workloads), len(t.drafters)
+    if W < 2:
+        raise ValueError(f"LOWO needs at least two workloads; the logs have {list(t.workloads)}")
+    if D < 2:
+        raise ValueError("the selector needs at least two drafters")
+    costs = costs or costs_for(t.drafters, t.manifests[0] if t.manifests else None)
+    cands = candidates(t, fixed_primary)
+    m = wp.shape[0]
+    prim = {g: fold_primary(t, cands, wp, np.arange(W) != g, fixed_primary) for g in range(W)}
+    weights = {}
+    for q in set(np.concatenate(list(prim.values())).tolist()):
+        c = cands[q]
+        weights[q] = row_weights if row_weights is not None else wp[:, c.prompt]
+    fits = {q: _Fits(cands[q], weights[q]) for q in weights} if "logistic" in scores else {}
+    areas = {s: np.full((m, W + 1), np.nan) for s in scores}
+    sums = {s: [] for s in scores}
+    rules = {s: [] for s in scores}
+    pooled = {s: [[] for _ in range(m)] for s in scores}       # per resample: (score, w, up) of every fold
+    for g in range(W):
+        train = [h for h in range(W) if h != g]
+        acc = {s: {k: np.zeros(m) for k in ("w", "r", "gain", "room", "base")} for s in scores}
+        fold_rules = {s: [None] * m for s in scores}
+        for q in np.unique(prim[g]).tolist():
+            c, wq = cands[q], weights[q]
+            ms = np.flatnonzero(prim[g] == q)
+            held = np.flatnonzero(c.workload == g)
+            tr = np.flatnonzero(c.workload != g)
+            up_all = c.tau.max(1) - c.tau[:, q]
+            for s in scores:
+                sh, st = oof_scores(c, wq, s, train, g, fits.get(q))
+                for i in ms.tolist():
+                    wh, wt = wq[i, held], wq[i, tr]
+                    areas[s][i, g] = frontier_area(sh[i], wh, up_all[held])
+                    pooled[s][i].append((sh[i], wh, up_all[held]))
+                    rule = choose_rule(st[i], wt, c.tau[tr], q, costs)
+                    fold_rules[s][i] = rule
+                    tau_h = c.tau[held]
+                    up = tau_h[:, list(rule.alts) + [q]].max(1) - tau_h[:, q] if rule.alts else np.zeros(held.size)
+                    r = sh[i] >= rule.threshold
+                    a = acc[s]
+                    a["w"][i], a["r"][i] = wh.sum(), wh @ r
+                    a["gain"][i], a["room"][i], a["base"][i] = (wh * r) @ up, wh @ up, wh @ tau_h[:, q]
+        for s in scores:
+            sums[s].append(FoldSums(**acc[s]))
+            rules[s].append(fold_rules[s])
+    for s in scores:
+        for i in range(m):
+            sc, ww, uu = (np.concatenate(x) for x in zip(*pooled[s][i]))
+            areas[s][i, W] = frontier_area(sc, ww, uu)
+    return NestedResult(t.workloads, t.drafters, areas, sums, rules, costs)
+
+
+# ---------------------------------------------------------------- the report
+
+def rule_text(r: Rule, score: str, drafters: Sequence[str]) -> str:
+    if r.kind == "never":
+        return "never re-drafts"
+    alts = "+".join(drafters[j] for j in r.alts)
+    if r.kind == "always":
+        return f"always re-drafts with {alts}"
+    thr = {"conf_min": f"conf_min <= {-r.threshold:.3f}", "ent_mean": f"ent_mean >= {r.threshold:.3f}",
+           "draft_empty": "the primary's draft is empty"}.get(score, f"p >= {r.threshold:.3f}")
+    return f"re-draft with {alts} when {thr}"
+
+
+def verdict_area(ci: tuple[float, float]) -> str:
+    if not np.all(np.isfinite(ci)):
         return "no CI"
-    return "beats random" if ci[0] > 1 else "worse than random" if ci[1] < 1 else "no measurable benefit"
+    return "ranks better than random" if ci[0] > 0.5 else "ranks worse than random" if ci[1] < 0.5 else \
+        "not distinguishable from random"
 
 
-@dataclass(frozen=True)
-class LOWOResult:
-    """LOWO evaluation of one score on one campaign (B block starts)."""
-    score: str
-    criterion: str
-    label: str
-    primary: str
-    alternatives: tuple[str, ...]
-    folds: tuple[Fold, ...]
-    pooled: Outcome
-    pooled_skill_ci: tuple[float, float] | None
-    oof_score: np.ndarray   # (B,) out-of-fold score
-    data: SelectorData
-    ci_method: str = ""     # e.g. "percentile, prompt clusters, 200 resamples, seed 0"
-
-    @property
-    def bon_gain(self) -> float:
-        return float((self.data.a_best - self.data.a_p).sum() / (self.data.a_p + 1).sum())
-
-
-def lowo(t: BlockTable, score: str = "logistic", criterion: str = "speedup", alternatives: Sequence[str] | None = None,
-         random_state: int = 0, n_resamples: int = 0, unit: str = "prompt", seed: int = 0,
-         method: str = "percentile") -> LOWOResult:
-    """LOWO over the workloads of t's block starts; with n_resamples > 0 skill CIs from the nested bootstrap."""
-    b = t.blocks()
-    if len(b.workloads) < 2:
-        raise ValueError(f"LOWO needs at least two workloads; the logs have {list(b.workloads)}")
-    w = np.ones(b.n_records)
-    s = selector_data(b, alternatives, w)
-    scores, r, fits = lowo_arrays(s, w, score, criterion, random_state)
-    cis, pooled_ci, how = {}, None, ""
-    if n_resamples > 0:
-        from bandit import ci
-        units, strata = ci._units(b, unit)
-        value, boot, jack = ci.boot_weights(nested_stat(b, score, criterion, alternatives, random_state), units, strata,
-                                            n_resamples, seed, jackknife=method == "bca")
-        ivs = [ci.interval(value[i], boot[:, i], None if jack is None else jack[:, i], method, unit, seed)
-               for i in range(value.size)]
-        pooled_ci = (ivs[3].lo, ivs[3].hi)
-        cis = {g: (ivs[len(STAT_NAMES) + g].lo, ivs[len(STAT_NAMES) + g].hi) for g in range(len(b.workloads))}
-        how = f"{method}, {unit} unit, {n_resamples} resamples, seed {seed}"
-    folds = tuple(Fold(b.workloads[g], fits[g].threshold_text(), outcome(r, s.a_p, s.a_best, w * (s.workload == g)),
-                       cis.get(g)) for g in sorted(fits))
-    return LOWOResult(score, criterion, b.label, s.primary, s.alternatives, folds, outcome(r, s.a_p, s.a_best, w),
-                      pooled_ci, scores, s, how)
-
-
-def frontier(res: LOWOResult, n_points: int = 201) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Redraft rate, capture, token gain ((T,) each, R ascending to 1) over every threshold of the out-of-fold score."""
-    d = res.data
-    o = np.argsort(-res.oof_score, kind="stable")
-    up = (d.a_best - d.a_p)[o]
-    cut = np.r_[np.flatnonzero(np.diff(res.oof_score[o]) != 0), o.size - 1]   # a threshold between distinct scores
-    cut = cut[np.unique(np.linspace(0, cut.size - 1, min(n_points, cut.size)).round().astype(int))]
-    R = np.r_[0.0, (cut + 1) / o.size]
-    C = np.r_[0.0, np.cumsum(up)[cut] / up.sum()]
-    g = np.r_[0.0, np.cumsum(up)[cut] / (d.a_p + 1).sum()]
-    return R, C, g
-
-
-def render(results: Sequence[LOWOResult]) -> str:
-    r0 = results[0]
-    tag = "unlabelled" if r0.label == "UNLABELLED" else r0.label
-    lines = [f"primary {r0.primary}; alternatives {', '.join(r0.alternatives)}; threshold criterion {r0.criterion} "
-             f"(rho {REF_RHO}, alpha {REF_ALPHA}); CIs: {r0.ci_method or 'none'} [{tag}]",
-             "| score | held-out | threshold (inner CV) | capture | redraft | skill | 95% CI | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
-    for res in results:
-        for f in res.folds:
-            ci = "-" if f.skill_ci is None else f"[{f.skill_ci[0]:.2f}, {f.skill_ci[1]:.2f}]"
-            o = f.outcome
-            lines.append(f"| {res.score} | {f.workload} | {f.threshold} | {o.capture:.3f} | {o.redraft_rate:.3f} | "
-                         f"{o.skill:.2f}x | {ci} | {f.verdict} |")
-        o, ci = res.pooled, res.pooled_skill_ci
-        cis = "-" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
-        lines.append(f"| {res.score} | pooled | - | {o.capture:.3f} | {o.redraft_rate:.3f} | {o.skill:.2f}x | {cis} | "
-                     f"{verdict(ci)} |")
-    lines.append(f"token gain of the logistic selector {results[0].pooled.token_gain:+.4f}, best-of-N "
-                 f"{results[0].bon_gain:+.4f} [{tag}]")
+def render(t: BlockTable, point: NestedResult, cis: dict | None = None) -> str:
+    """The LOWO table: frontier areas (headline) and each fold's operating point."""
+    tag = "unlabelled" if t.label == "UNLABELLED" else t.label
+    W = len(t.workloads)
+    lines = [f"block sets: {'each fold primary' + chr(39) + 's own trajectory starts (dense log)' if t.dense else 'the logged block starts'}; "
+             f"{point.costs.describe()}",
+             f"frontier area (out-of-fold capture vs redraft rate; 0.5 = random) [{tag}]"
+             + (f", 95% CI: {cis['how']}" if cis else ""),
+             "| score | " + " | ".join(t.workloads) + " | pooled |", "|---|" + "---|" * (W + 1)]
+    for s in point.areas:
+        cells = []
+        for j in range(W + 1):
+            v = point.areas[s][0, j]
+            ci = (cis or {}).get(("area", s, j))
+            cells.append(f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""))
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    lines += ["", f"operating point per held-out workload (rule chosen on the other workloads by modelled speedup) [{tag}]; "
+              "speedup [MODEL]",
+              "| score | held-out | primary | rule (inner LOWO) | capture | redraft | skill | token gain | speedup |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for s in point.areas:
+        for g in range(W):
+            o = {k: float(v[0]) for k, v in point.outcome(s, g).items()}
+            r = point.rules[s][g][0]
+            rule = rule_text(r, s, t.drafters)
+            if r.kind == "threshold" and o["redraft_rate"] in (0.0, 1.0):
+                rule += (" (degenerate here: re-drafts no held-out block)" if o["redraft_rate"] == 0 else
+                         " (degenerate here: re-drafts every held-out block)")
+            sk = f"{o['skill']:.2f}" if 0 < o["redraft_rate"] < 1 else "n/a (degenerate)"
+            lines.append(f"| {s} | {t.workloads[g]} | {t.drafters[r.primary]} | {rule} | "
+                         f"{o['capture']:.3f} | {o['redraft_rate']:.3f} | {sk} | {o['token_gain']:+.4f} | "
+                         f"{o['speedup']:.4f} |")
     return "\n".join(lines) + "\n"
 
 
-def write_frontier(results: Sequence[LOWOResult], out_dir: Path) -> tuple[Path, Path]:
-    """runs/selector_frontier.csv (score, redraft_rate, capture, token_gain) and .png with the random diagonal."""
+def frontier_points(t: BlockTable, score: str = "logistic") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pooled out-of-fold frontier of one score on the data as they are: (R, C, g), each (T,), R ascending."""
+    W = len(t.workloads)
+    cands = candidates(t)
+    wp = np.ones((1, t.n_prompts))
+    S, Wt, U, Bs = [], [], [], []
+    fits = {}
+    for g in range(W):
+        q = int(fold_primary(t, cands, wp, np.arange(W) != g, None)[0])
+        c = cands[q]
+        fits.setdefault(q, _Fits(c, wp[:, c.prompt]))
+        held = np.flatnonzero(c.workload == g)
+        sh, _ = oof_scores(c, wp[:, c.prompt], score, [h for h in range(W) if h != g], g, fits[q])
+        S.append(sh[0]); Wt.append(np.ones(held.size)); U.append(c.tau[held].max(1) - c.tau[held, q])
+        Bs.append(c.tau[held, q])
+    s, up, base = np.concatenate(S), np.concatenate(U), np.concatenate(Bs)
+    o = np.argsort(-s, kind="stable")
+    so = s[o]
+    ends = np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
+    R = np.r_[0.0, (ends + 1) / s.size]
+    C = np.r_[0.0, np.cumsum(up[o])[ends] / max(up.sum(), 1e-300)]
+    gg = np.r_[0.0, np.cumsum(up[o])[ends] / base.sum()]
+    return R, C, gg
+
+
+def write_frontier(t: BlockTable, out_dir: Path, scores: Sequence[str] = SCORES) -> tuple[Path, Path]:
+    """OUT_DIR/selector_frontier.csv (score, redraft_rate, capture, token_gain) and .png with the random diagonal."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -350,15 +402,17 @@ def write_frontier(results: Sequence[LOWOResult], out_dir: Path) -> tuple[Path, 
     csv, png = out_dir / "selector_frontier.csv", out_dir / "selector_frontier.png"
     rows = ["score,redraft_rate,capture,token_gain"]
     fig, ax = plt.subplots(figsize=(5, 5))
-    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=0.8, label="random re-draft")
-    for i, res in enumerate(results):
-        R, C, g = frontier(res)
-        rows += [f"{res.score},{a:.6f},{b:.6f},{c:.6f}" for a, b, c in zip(R, C, g)]
-        ax.plot(R, C, color=f"C{i}", label=f"{res.score} (out-of-fold)")
-        ax.plot(res.pooled.redraft_rate, res.pooled.capture, "o", color=f"C{i}")
+    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=0.8, label="random re-draft (area 0.5)")
+    for i, s in enumerate(scores):
+        R, C, g = frontier_points(t, s)
+        step = max(1, R.size // 400)
+        keep = np.r_[np.arange(0, R.size, step), R.size - 1] if R.size > 1 else np.arange(R.size)
+        keep = np.unique(keep)
+        rows += [f"{s},{a:.6f},{b:.6f},{c:.6f}" for a, b, c in zip(R[keep], C[keep], g[keep])]
+        ax.plot(R, C, color=f"C{i}", label=f"{s} (out-of-fold)")
     ax.set_xlabel("redraft rate R")
-    ax.set_ylabel("capture C")
-    ax.set_title(f"selector threshold frontier [{results[0].label}]")
+    ax.set_ylabel("capture C of the per-block oracle gap")
+    ax.set_title(f"selector frontier, pooled out-of-fold [{t.label}]")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=120, metadata={"Software": None})
@@ -367,32 +421,48 @@ def write_frontier(results: Sequence[LOWOResult], out_dir: Path) -> tuple[Path, 
     return csv, png
 
 
-def main(paths: Sequence[Path] = (), criterion: str = "speedup", alternatives: Sequence[str] | None = None,
-         n_resamples: int = 200, unit: str = "prompt", seed: int = 0, out_dir: Path = Path("runs")) -> str:
+def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_dir: Path | None = None) -> str:
+    from bandit import ci
     from bandit.logs import default_inputs, load_logs
     said = f"read: {', '.join(str(p) for p in paths)}"
     if not paths:
         paths, said = default_inputs()
         said = f"read: {said}"
+        out_dir = Path("runs") if out_dir is None else out_dir
     t = load_logs(paths)
-    results = [lowo(t, s, criterion, alternatives, seed, n_resamples, unit, seed) for s in SCORES]
-    csv, png = write_frontier(results, Path(out_dir))
-    return f"{said}\n{t.summary()}\n" + render(results) + f"wrote {png} and {csv}\n"
+    point = nested(t, np.ones((1, t.n_prompts)))
+    cis = None
+    if n_resamples > 0:
+        cis = {"how": f"percentile bootstrap over prompt clusters within workloads, {n_resamples} resamples "
+                      f"(every fit, primary, alternatives set and threshold remade in each), seed {seed}"}
+        for e in ci.selector_entries(t, "prompt", n_resamples, seed, "percentile"):
+            for s in SCORES:
+                pre = "selector_frontier_area" + ("" if s == "logistic" else f"_{s}")
+                for j, w in enumerate(list(t.workloads) + [None]):
+                    if e.name == (pre if w is None else f"{pre}[{w}]"):
+                        cis[("area", s, j)] = (e.ci.lo, e.ci.hi)
+    from bandit.ci import code_version
+    text = (f"{said}\n{t.summary()}\n" + render(t, point, cis)
+            + "inputs: " + ", ".join(f"{x.path} sha256:{x.sha256[:12]}" for x in t.sources)
+            + f"; code {code_version()}\n")
+    if out_dir is not None:
+        csv, png = write_frontier(t, Path(out_dir))
+        (Path(out_dir) / "selector.txt").write_text(text)
+        text += f"wrote {Path(out_dir) / 'selector.txt'}, {png} and {csv}\n"
+    return text
 
 
-def cli(paths: Annotated[Optional[list[Path]], typer.Argument()] = None, criterion: str = "speedup",
-        alternatives: str = "", resamples: int = 200, unit: str = "prompt", seed: int = 0,
-        out_dir: Path = Path("runs")) -> None:
-    """Per-block selector: LOWO table (nested inner-LOWO threshold, skill CI, verdict) for the logistic model and the
-    conf_min / ent_mean baselines, and the threshold frontier (OUT_DIR/selector_frontier.png and .csv).
-
-    --criterion speedup (modelled at rho 0.10, alpha 0) | skill | net; --alternatives a,b (default: all but the primary);
-    --resamples: nested bootstrap resamples for the skill CIs; --unit prompt|block.
+def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+        resamples: Annotated[int, typer.Option(help="bootstrap resamples for the frontier-area CIs (0: none)")] = 200,
+        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+        out_dir: Annotated[Optional[Path], typer.Option(help="write selector.txt and selector_frontier.png/.csv here "
+                                                             "(default: runs/ for the default campaign, nowhere for PATHS)")] = None) -> None:
+    """Per-block selector, leave-one-workload-out: frontier areas (0.5 = random) of the logistic score and the
+    training-free conf_min / ent_mean / draft_empty scores, and each fold's operating point (primary, alternatives
+    and threshold chosen on the training workloads by the cost model's speedup: measured costs when the manifest
+    has timing, else the what-if of docs/DESIGN.md). Dense logs: every fold on its primary's trajectory starts.
     """
-    if criterion not in CRITERIA:
-        raise typer.BadParameter(f"--criterion must be one of {CRITERIA}")
-    alts = [a for a in alternatives.split(",") if a] or None
-    typer.echo(main(paths or [], criterion, alts, resamples, unit, seed, out_dir), nl=False)
+    typer.echo(main(paths or [], resamples, seed, out_dir), nl=False)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The cost model against hand computation from DESIGN.md's formula, and the what-if CLI."""
+"""The cost model against hand computation from docs/DESIGN.md's formula, and the what-if CLI."""
 import json
 
 import numpy as np
@@ -9,7 +9,7 @@ from bandit import breakeven as be
 
 
 def hand(g, R, K, rho, alpha):
-    # DESIGN.md: c0 = 1 + rho_p; c = 1 + rho_p + R (sum_A rho_d + alpha); speedup = (1 + g) c0 / c
+    # docs/DESIGN.md: c0 = 1 + rho_p; c = 1 + rho_p + R (sum_A rho_d + alpha); speedup = (1 + g) c0 / c
     c0 = 1 + rho
     c = 1 + rho + R * (K * rho + alpha)
     return (1 + g) * c0 / c
@@ -81,13 +81,39 @@ def test_rho_alpha_from_manifest():
         be.rho_alpha_from_manifest(bad)
 
 
-def test_report_from_logs_labels_and_measured_timing(tmp_path):
+def test_costs_charge_the_union_of_every_draft_verified():
+    """alpha(K) = verify_batch(1 + K) / verify_batch(1) - 1: best-of-N over D drafters pays the union of all D."""
+    m = {**MANIFEST, "timing": {**MANIFEST["timing"], "verify_batch_ms": {"drafts": [1, 2, 3], "ms": [6.1, 7.0, 7.9]},
+                                "drafter_ms": {"a": 0.61, "b": 0.0, "c": 1.22}}}
+    c = be.costs_for(("a", "b", "c"), m)
+    assert c.source == "measured"
+    assert c.alpha(1) == pytest.approx(7.0 / 6.1 - 1) and c.alpha(2) == pytest.approx(7.9 / 6.1 - 1)
+    assert c.rho == pytest.approx([0.1, 0.0, 0.2])
+    # primary a, re-draft 40% with b and c: c = 1.1 + 0.4 (0.0 + 0.2 + alpha(2))
+    want = 1.25 * 1.1 / (1.1 + 0.4 * (0.2 + 7.9 / 6.1 - 1))
+    assert c.speedup(0, [1, 2], 0.4, 0.25) == pytest.approx(want)
+    w = be.costs_for(("a", "b"), None)
+    assert w.source == "what-if" and w.rho == pytest.approx([be.WHATIF_RHO] * 2) and w.alpha(1) == 0.0
+
+
+def test_report_from_logs_labels_and_cis(tmp_path):
+    from bandit.logs import load_logs
     from bandit.simulate import SimConfig, write_sim_run
     write_sim_run(SimConfig(n_prompts=6, out_len=48, shared=0.0), tmp_path / "sim")
-    text = be.main([tmp_path / "sim"], out=tmp_path / "be.txt")
+    text = be.main([tmp_path / "sim"], out=tmp_path / "be.txt", n_resamples=200, n_refit=20)
     assert (tmp_path / "be.txt").read_text() in text and (tmp_path / "be.png").stat().st_size > 0
-    assert "[MODEL]" in text and "simulated wall-clock verdict" in text and "[MEASURED]" not in text
-    r = be.report_from_table(__import__("bandit.logs", fromlist=["x"]).load_logs([tmp_path / "sim"]))
+    assert "[MODEL]" in text and "[SIM]" in text and "[MEASURED]" not in text
+    t = load_logs([tmp_path / "sim"])
+    r = be.report_from_table(t, 200, 20)
     assert be.render(r) == (tmp_path / "be.txt").read_text()
-    r2 = be.BreakevenReport(**{**r.__dict__, "measured": None})
-    assert "rho was not measured" in be.render(r2)
+    # every gain carries an interval around its value; best-of-N's speedup is its gain mapped through the model
+    for band in (r.bon_gain, *r.single_gain.values(), *r.selector.values()):
+        assert band.lo <= band.value <= band.hi
+    p = t.drafters.index(r.primary)
+    alts = [j for j in range(len(t.drafters)) if j != p]
+    assert r.bon_speedup().value == pytest.approx(r.costs.speedup(p, alts, 1.0, r.bon_gain.value))
+    assert r.bon_speedup().lo <= r.bon_speedup().value <= r.bon_speedup().hi
+    # given as PATHS without --out, nothing is written
+    before = sorted(tmp_path.rglob("*"))
+    be.main([tmp_path / "sim"], n_resamples=50, n_refit=5)
+    assert sorted(tmp_path.rglob("*")) == before

@@ -46,54 +46,84 @@ def test_ratio_agrees_with_scipy_bootstrap(method):
 
 
 def test_vectorised_gap_equals_refit_on_materialised_resamples(table):
-    """The count-matrix path and a brute-force path (rebuild each resampled table, recompute) give the same CI."""
-    b = table.blocks()
+    """The count-matrix path and a brute-force path (rebuild each resampled table, recompute) give the same CI:
+    on a dense log the primary and its block set re-chosen in every resample; on a sparse one, the best fixed."""
+    from dataclasses import replace
+    from bandit.replay import summarize
+    for name in ("per_block_gap", "workload_headroom", "trajectory_oracle_gain"):
+        fast = next(e.ci for e in ci.table_stats(table, "prompt", 60, 5, "percentile") if e.name == name)
+        key = {"trajectory_oracle_gain": None}.get(name, name)
+
+        def stat(t, name=name, key=key):
+            s = summarize(t)
+            return getattr(s, key) if key else s.trajectory["oracle"] / s.trajectory[s.best_fixed_name] - 1
+
+        slow = ci.bootstrap_refit(table, stat, "prompt", 60, 5)
+        assert fast.value == pytest.approx(stat(table))
+        assert (fast.lo, fast.hi) == pytest.approx((slow.lo, slow.hi), rel=1e-12), name
+    sparse = replace(table.blocks(), dense=False)
 
     def gap(t):
         a = t.accepted.astype(float)
         return a.max(1).mean() / a.mean(0).max() - 1
 
     for unit in ("prompt", "block"):
-        fast = next(e.ci for e in ci.table_stats(b, unit, 60, 5, "percentile") if e.name == "per_block_gap")
-        slow = ci.bootstrap_refit(b, gap, unit, 60, 5)
-        assert fast.value == pytest.approx(gap(b))
+        fast = next(e.ci for e in ci.table_stats(sparse, unit, 60, 5, "percentile") if e.name == "per_block_gap")
+        slow = ci.bootstrap_refit(sparse, gap, unit, 60, 5)
+        assert fast.value == pytest.approx(gap(sparse))
         assert (fast.lo, fast.hi) == pytest.approx((slow.lo, slow.hi), rel=1e-12)
+
+
+def _walk(a: np.ndarray, d: int) -> list[int]:
+    pos, out = 0, []
+    while pos < len(a):
+        out.append(pos)
+        pos += int(a[pos, d]) + 1
+    return out
 
 
 def test_headline_values_equal_independent_computation(table):
     import pandas as pd
-    from bandit.replay import summarize
     entries = {e.name: e for e in ci.headline(table, n_resamples=50, n_refit=4)}
-    b = table.blocks()
-    df = pd.DataFrame(b.accepted, columns=b.drafters)
-    df["w"] = [b.workloads[i] for i in b.workload]
-    means = df.groupby("w").mean()
-    p = df[list(b.drafters)].mean().idxmax()
-    for w in b.workloads:
-        for d in b.drafters:
+    D = len(table.drafters)
+    rows, passes, tokens = [], np.zeros((table.n_prompts, D), int), np.zeros(table.n_prompts, int)
+    for q in range(table.n_prompts):
+        a = table.accepted[table.prompt == q]
+        tokens[q] = len(a)
+        for d in range(D):
+            passes[q, d] = len(_walk(a, d))
+    p = int(np.argmin(passes.sum(0)))
+    wq = np.array([table.workload[table.prompt == q][0] for q in range(table.n_prompts)])
+    for q in range(table.n_prompts):
+        a = table.accepted[table.prompt == q]
+        rows += [dict(zip(table.drafters, a[i]), w=table.workloads[wq[q]]) for i in _walk(a, p)]
+    df = pd.DataFrame(rows)
+    means = df.groupby("w")[list(table.drafters)].mean()
+    for w in table.workloads:
+        for d in table.drafters:
             assert entries[f"mean_accepted[{w}][{d}]"].ci.value == pytest.approx(means.loc[w, d])
-    oracle = sum(df[df.w == w][means.loc[w].idxmax()].sum() for w in b.workloads) / len(df)
-    assert entries["workload_headroom"].ci.value == pytest.approx(oracle / df[p].mean() - 1)
-    assert entries["per_block_gap"].ci.value == pytest.approx(df[list(b.drafters)].max(axis=1).mean() / df[p].mean() - 1)
-    s = summarize(table)
-    assert entries["per_block_gap"].ci.value == pytest.approx(s.per_block_gap)
+            j = table.drafters.index(d)
+            want = tokens[wq == table.workloads.index(w)].sum() / passes[wq == table.workloads.index(w), j].sum()
+            assert entries[f"tokens_per_pass[{w}][{d}]"].ci.value == pytest.approx(want)
+    pn = table.drafters[p]
+    assert entries["per_block_gap"].ci.value == pytest.approx(df[list(table.drafters)].max(axis=1).mean() / df[pn].mean() - 1)
+    best_w = sum(passes[wq == w].sum(0).min() for w in range(len(table.workloads)))
+    assert entries["workload_headroom"].ci.value == pytest.approx(passes[:, p].sum() / best_w - 1)
     # trajectory oracle: brute-force recursion over one prompt at a time
-    tok, passes_best, passes_oracle = 0, 0, 0
-    pi = b.drafters.index(p)
+    passes_oracle = 0
     for q in range(table.n_prompts):
         a = table.accepted[table.prompt == q]
         n = len(a)
         f = np.zeros(n + 1, int)
         for i in range(n - 1, -1, -1):
             f[i] = 1 + min(f[min(n, i + a[i, d] + 1)] for d in range(a.shape[1]))
-        pos, k = 0, 0
-        while pos < n:
-            pos, k = pos + a[pos, pi] + 1, k + 1
-        passes_oracle, passes_best = passes_oracle + f[0], passes_best + k
-    assert entries["trajectory_oracle_gain"].ci.value == pytest.approx(passes_best / passes_oracle - 1)
+        passes_oracle += f[0]
+    assert entries["trajectory_oracle_gain"].ci.value == pytest.approx(passes[:, p].sum() / passes_oracle - 1)
+    assert entries["greedy_oracle_gain"].ci.value <= entries["trajectory_oracle_gain"].ci.value
     for e in entries.values():
         assert e.ci.lo <= e.ci.value <= e.ci.hi or not np.isfinite(e.ci.value) or e.ci.warning
-    assert entries["breakeven_rho"].label == "MODEL" and entries["per_block_gap"].label == "SIM"
+    assert entries["selector_speedup"].label == "MODEL" and entries["per_block_gap"].label == "SIM"
+    assert 0 <= entries["selector_frontier_area"].ci.value <= 1
 
 
 def test_ci_json_fields_and_byte_identical(tmp_path):
@@ -105,23 +135,28 @@ def test_ci_json_fields_and_byte_identical(tmp_path):
     assert outs[0] == outs[1]
     data = json.loads(outs[0])
     names = {e["name"] for e in data}
-    assert {"per_block_gap", "workload_headroom", "trajectory_oracle_gain", "token_gain", "selector_capture",
-            "selector_redraft_rate", "selector_skill", "breakeven_rho", "selector_skill[copy]",
-            "mean_accepted[code][ngram]"} <= names
+    assert {"per_block_gap", "workload_headroom", "trajectory_oracle_gain", "greedy_oracle_gain", "selector_token_gain",
+            "selector_redraft_rate", "selector_speedup", "selector_frontier_area",
+            "selector_frontier_area[copy]", "selector_frontier_area_conf_min[code]",
+            "selector_frontier_area_draft_empty", "mean_accepted[code][ngram]", "tokens_per_pass[code][ngram]"} <= names
     for e in data:
         assert set(e) == FIELDS
         assert e["inputs"][0]["sha256"] and e["inputs"][0]["path"].endswith("blocks_sim.jsonl.gz")
         assert e["seed"] == 3 and e["label"] in ("SIM", "MODEL")
     gap = next(e for e in data if e["name"] == "per_block_gap")
     assert gap["n_resamples"] == 40 and gap["unit"] == "prompt" and gap["n_clusters"] == 20
-    assert next(e for e in data if e["name"] == "selector_skill")["n_resamples"] == 3
+    assert next(e for e in data if e["name"] == "selector_frontier_area")["n_resamples"] == 3
     ci.main([tmp_path / "sim"], tmp_path / "other.json", n_resamples=40, seed=4, n_refit=3)
     assert (tmp_path / "other.json").read_bytes() != outs[0]
 
 
 def test_block_unit_counts_blocks(table):
-    e = next(e for e in ci.table_stats(table.blocks(), "block", 30, 0, "percentile") if e.name == "per_block_gap")
-    assert e.n_clusters == e.n_blocks == table.blocks().n_records and e.ci.unit == "block"
+    from bandit import trajectory
+    e = next(e for e in ci.table_stats(table, "block", 30, 0, "percentile") if e.name == "per_block_gap")
+    n = trajectory.block_set(table).n_records
+    assert e.n_clusters == e.n_blocks == n and e.ci.unit == "block"
+    tr = next(e for e in ci.table_stats(table, "block", 30, 0, "percentile") if e.name == "trajectory_oracle_gain")
+    assert tr.ci.unit == "prompt"       # a trajectory lives inside one prompt
 
 
 def test_disagreement_warning_and_bad_method():
@@ -142,16 +177,3 @@ def test_resample_table_keeps_dense_copies_as_clusters(table):
     assert r.n_prompts == 3 and r.dense and r.n_records == (
         2 * int((table.prompt == 0).sum()) + int((table.prompt == 3).sum()))
     assert r.prompt_ids[0].endswith("#0") and r.prompt_ids[1].endswith("#1")
-
-
-def test_trajectory_gain_vectorised_equals_refit(table):
-    from bandit.replay import fixed_trajectory, trajectory_oracle
-
-    def gain(t):
-        p = int(np.argmax(t.blocks().accepted.sum(0)))
-        return fixed_trajectory(t, p).passes.sum() / trajectory_oracle(t).passes.sum() - 1
-
-    fast = ci.trajectory_stats(table, 30, 9, "percentile")[0].ci
-    slow = ci.bootstrap_refit(table, gain, "prompt", 30, 9)
-    assert fast.value == pytest.approx(gain(table))
-    assert (fast.lo, fast.hi) == pytest.approx((slow.lo, slow.hi), rel=1e-12)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from bandit.policies import (EXP3, _Tables, UCB1, Hedge, HedgeCtx, LinUCB, NormalHedge, Random, SpecSelect, StepTime,
-                             ThompsonCtx, make_policies)
+from bandit.policies import (EXP3, EXP3Spec, _Tables, UCB1, UCBSpec, Hedge, HedgeCtx, HedgeQuery, LinUCB, NormalHedge,
+                             Random, SpecSelect, StepTime, ThompsonCtx, make_policies)
 from bandit.replay import Context
 
 K = 8
@@ -42,7 +42,7 @@ def play(pol, w, A, D=3, W=1):
 
 def test_same_seed_same_choices_other_seed_differs():
     w, A = stream([[3, 2.5, 1]], 400, 0)
-    for cls in (EXP3, Hedge, NormalHedge, ThompsonCtx, HedgeCtx, Random):
+    for cls in (EXP3, Hedge, NormalHedge, EXP3Spec, HedgeQuery, ThompsonCtx, HedgeCtx, Random):
         a, b = play(cls(random_state=1), w, A), play(cls(random_state=1), w, A)
         assert np.array_equal(a, b), cls.name
         assert not np.array_equal(a, play(cls(random_state=2), w, A)), cls.name
@@ -60,7 +60,7 @@ def test_ucb1_index_matches_formula():
     assert np.array_equal(pol.n_, n)
 
 
-@pytest.mark.parametrize("cls", [UCB1, EXP3, Hedge, NormalHedge])
+@pytest.mark.parametrize("cls", [UCB1, EXP3, Hedge, NormalHedge, UCBSpec, EXP3Spec, HedgeQuery])
 def test_noncontextual_learners_find_best_arm(cls):
     w, A = stream([[4.0, 2.0, 1.0]], 3000, 2)
     chosen = play(cls(random_state=0), w, A)
@@ -250,5 +250,174 @@ def test_spec_select_batch_respects_the_slowdown_limit_and_reduces_to_single():
 
 def test_make_policies_has_every_name():
     names = {p.name for p in make_policies()}
-    assert names == {"ucb", "exp3", "hedge", "normalhedge", "thompson_ctx", "hedge_ctx", "linucb",
-                     "spec_select", "random"}
+    assert names == {"ucb_stream", "exp3_stream", "hedge_stream", "normalhedge", "ucbspec", "exp3spec", "hedge_query",
+                     "thompson_ctx", "hedge_ctx", "linucb", "spec_select", "random"}
+    assert UCBSpec(reward="throughput").name == "ucbspec_throughput"
+    assert UCBSpec(reward="throughput").clone(random_state=3).name == "ucbspec_throughput"
+    with pytest.raises(ValueError, match="reward"):
+        UCBSpec(reward="tokens/s")
+
+
+# ---------------------------------------------------------------- published per-request rules (BanditSpec, HedgeSpec)
+
+def play_prompts(pol, prompts, A, D=3, timing=None, draft_len=None):
+    """Replay (B, D) accepted rows with their prompt index, in order; the chosen drafter per row.
+
+    `draft_len` (D,) is every block's draft lengths (default: k for every drafter)."""
+    pol.reset([f"d{i}" for i in range(D)], ["w"], {"k": K} if timing is None else timing)
+    chosen = np.empty(len(prompts), int)
+    for i, p in enumerate(prompts):
+        c = ctx(prompt=int(p), D=D, draft_len=draft_len)
+        d = pol.choose(c)
+        obs = np.ones(D, bool) if pol.full_information else np.arange(D) == d
+        pol.update(c, d, np.where(obs, A[i], np.nan), obs)
+        chosen[i] = d
+    return chosen
+
+
+def state(pol):
+    return {k: v for k, v in vars(pol).items() if k.endswith("_") and k not in ("rng_", "prompt_")}
+
+
+@pytest.mark.parametrize("make", [UCBSpec, lambda: UCBSpec(reward="throughput"), EXP3Spec, HedgeQuery])
+def test_per_request_rules_restart_at_a_new_prompt(make):
+    """After the first choice of a new prompt the statistics are a fresh learner's, and what the
+    learner does on prompt 1 does not depend on what prompt 0 showed it."""
+    timing = {"k": K, "verify_ms": {"tokens": [1, K + 1], "ms": [10.0, 12.0]},
+              "drafter_ms": {"d0": 3.0, "d1": 1.0, "d2": 0.05}}
+    _, A0 = stream([[4.0, 2.0, 1.0]], 200, 20)
+    _, B0 = stream([[0.5, 1.0, 6.0]], 200, 21)        # a different first prompt, same length
+    _, A1 = stream([[1.0, 5.0, 2.0]], 150, 22)
+    prompts = np.r_[np.zeros(200, int), np.ones(150, int)]
+    a, b = make(), make()
+    ca = play_prompts(a, prompts, np.r_[A0, A1], timing=timing)
+    cb = play_prompts(b, prompts, np.r_[B0, A1], timing=timing)
+    assert not np.array_equal(ca[:200], cb[:200])
+    # one uniform per choice (or none) keeps the generators in step, so prompt 1 replays identically
+    assert np.array_equal(ca[200:], cb[200:])
+    assert all(np.allclose(x, y) if isinstance(x, list) else x == y for x, y in zip(state(a).values(), state(b).values()))
+    # the state right after the first choice of prompt 1 is a fresh learner's state after its first choice
+    fresh = make()
+    fresh.reset(["d0", "d1", "d2"], ["w"], timing)
+    fresh.choose(ctx(prompt=7))
+    c = make()
+    play_prompts(c, np.zeros(200, int), A0, timing=timing)
+    c.choose(ctx(prompt=1))
+    for key, v in state(fresh).items():
+        assert v == state(c)[key], key
+
+
+def test_stream_learners_carry_prompt_history():
+    """Contrast: the single-stream variants' behaviour on prompt 1 depends on prompt 0."""
+    _, A0 = stream([[4.0, 2.0, 1.0]], 200, 20)
+    _, B0 = stream([[0.5, 1.0, 6.0]], 200, 21)
+    _, A1 = stream([[1.0, 5.0, 2.0]], 150, 22)
+    prompts = np.r_[np.zeros(200, int), np.ones(150, int)]
+    for cls in (UCB1, EXP3, Hedge):
+        ca = play_prompts(cls(), prompts, np.r_[A0, A1])
+        cb = play_prompts(cls(), prompts, np.r_[B0, A1])
+        assert not np.array_equal(ca[200:], cb[200:]), cls.name
+
+
+def test_ucbspec_round_robin_then_the_bonus_of_eq_6_by_hand():
+    """A tiny sequence: K = 3 drafters, k = L = 4, delta = 1/2; every index checked by hand."""
+    L, delta = 4, 0.5
+    acc = [[3, 0, 1], [2, 4, 0], [1, 1, 1], [0, 2, 4], [4, 4, 4], [2, 0, 3], [1, 3, 2], [0, 0, 0]]
+    pol = UCBSpec(delta=delta)
+    pol.reset(["a", "b", "c"], ["w"], {"k": L})
+    n, s = [0, 0, 0], [0.0, 0.0, 0.0]
+    for t, row in enumerate(acc):
+        c = ctx(prompt=0)
+        d = pol.choose(c)
+        if t < 3:
+            assert d == t                                 # round robin first
+        else:
+            want = []
+            for i in range(3):
+                # eq. (6): (L/2) sqrt((1+n)/n^2 (1 + 2 log(K t^2 (1+n)^(1/2) / delta)))
+                rad = (L / 2) * math.sqrt((1 + n[i]) / n[i] ** 2 * (1 + 2 * math.log(3 * t ** 2 * math.sqrt(1 + n[i]) / delta)))
+                want.append(s[i] / n[i] + rad)
+            assert np.allclose(pol.ucb_, want)
+            assert d == int(np.argmax(want))
+        pol.update(c, d, np.where(np.arange(3) == d, np.array(row, float), np.nan), np.arange(3) == d)
+        n[d] += 1
+        s[d] += row[d] + 1                                # Y = accepted + the bonus token
+    assert pol.n_ == n and np.allclose(pol.sum_, s)
+    # one number worked out on paper: after rounds a, b, c (Y = 4, 5, 2), t = 3, n = 1 each:
+    # radius 2 sqrt(2 (1 + 2 ln(3 * 9 * sqrt(2) / 0.5))) = 2 sqrt(2 (1 + 2 * 4.3356)) = 8.7960
+    fresh = UCBSpec(delta=delta)
+    fresh.reset(["a", "b", "c"], ["w"], {"k": L})
+    for t, y in enumerate([3, 4, 1]):
+        c = ctx(prompt=0)
+        assert fresh.choose(c) == t
+        fresh.update(c, t, np.where(np.arange(3) == t, float(y), np.nan), np.arange(3) == t)
+    assert fresh.choose(ctx(prompt=0)) == 1
+    assert np.allclose(fresh.ucb_, [4 + 8.7960, 5 + 8.7960, 2 + 8.7960], atol=1e-4)
+
+
+def test_ucbspec_throughput_reward_prefers_the_faster_drafter():
+    """Planted: d0 accepts every token of k = 4 but its calls take 60 ms; d1 accepts 2 and costs
+    0.05 ms. Tokens per step favour d0 (5 vs 3), tokens per ms favour d1 (5/70 vs 3/10.05)."""
+    kk = 4
+    timing = {"k": kk, "verify_ms": {"tokens": [1, kk + 1], "ms": [10.0, 10.0]}, "drafter_ms": {"d0": 60.0, "d1": 0.05}}
+    T = 3000
+    A = np.tile([4.0, 2.0], (T, 1))
+    prompts = np.zeros(T, int)
+    thr = UCBSpec(reward="throughput")
+    ch = play_prompts(thr, prompts, A, D=2, timing=timing, draft_len=[kk, kk])
+    assert thr.throughput_
+    assert np.mean(ch[-1000:] == 1) > 0.95
+    # its reward is (accepted + 1) / (verify(draft + 1) + drafter_ms), by hand
+    assert np.isclose(thr.sum_[1] / thr.n_[1], 3 / 10.05) and np.isclose(thr.sum_[0] / thr.n_[0], 5 / 70.0)
+    tok = UCBSpec()
+    ch = play_prompts(tok, prompts, A, D=2, timing=timing, draft_len=[kk, kk])
+    assert np.mean(ch[-1000:] == 0) > 0.95
+    assert tok.sum_[0] / tok.n_[0] == 5 and tok.sum_[1] / tok.n_[1] == 3
+    # without verify_ms / drafter_ms the throughput variant falls back to tokens per step
+    fb = UCBSpec(reward="throughput")
+    ch_fb = play_prompts(fb, prompts, A, D=2, timing={"k": kk}, draft_len=[kk, kk])
+    assert not fb.throughput_ and np.array_equal(ch_fb, ch)
+
+
+def test_exp3spec_probabilities_by_hand():
+    """eq. (14) with eta_t = sqrt(ln K / (t K)) and the loss estimate of eq. (13), step by step."""
+    L, Kd = 4, 3
+    rng = np.random.default_rng(5)
+    acc = rng.integers(0, L + 1, (40, Kd)).astype(float)
+    pol = EXP3Spec(random_state=9)
+    pol.reset(["a", "b", "c"], ["w"], {"k": L})
+    Z = np.zeros(Kd)
+    for t, row in enumerate(acc, start=1):
+        c = ctx(prompt=0)
+        d = pol.choose(c)
+        eta = math.sqrt(math.log(Kd) / (t * Kd))
+        p = np.exp(-eta * Z) / np.exp(-eta * Z).sum()
+        assert np.allclose(pol.p_, p, rtol=1e-12), t
+        if t == 1:
+            assert np.allclose(pol.p_, 1 / 3)
+        pol.update(c, d, np.where(np.arange(Kd) == d, row, np.nan), np.arange(Kd) == d)
+        Z[d] += (L + 1 - (row[d] + 1)) / (L * p[d])
+    assert np.allclose(pol.Z_, Z)
+    # no uniform floor: a drafter that always accepts everything takes almost all the mass
+    A = np.tile([4.0, 0.0, 0.0], (3000, 1))
+    ch = play_prompts(EXP3Spec(), np.zeros(3000, int), A, timing={"k": L})
+    assert np.mean(ch[-500:] == 0) > 0.97
+
+
+def test_hedge_query_weights_are_softmax_of_within_prompt_rewards_and_restart():
+    _, A0 = stream([[1, 2, 5]], 120, 30)
+    _, A1 = stream([[5, 2, 1]], 80, 31)
+    pol = HedgeQuery()
+    prompts = np.r_[np.zeros(120, int), np.ones(80, int)]
+    play_prompts(pol, prompts, np.r_[A0, A1])
+    pol.choose(ctx(prompt=1))
+    eta = math.sqrt(8 * math.log(3) / 81)
+    ref = np.exp(eta * ((A1 + 1) / (K + 1)).sum(0))     # prompt 1's 80 blocks only
+    assert np.allclose(np.array(pol.w_) / sum(pol.w_), ref / ref.sum())
+    pol.choose(ctx(prompt=2))                           # a new query: uniform again
+    assert np.allclose(pol.w_, 1.0) and pol.t_ == 0
+    # stream Hedge on the same data keeps prompt 0 in its weights
+    h = Hedge()
+    play_prompts(h, prompts, np.r_[A0, A1])
+    h.choose(ctx(prompt=1))
+    assert not np.allclose(np.array(h.w_) / sum(h.w_), ref / ref.sum())

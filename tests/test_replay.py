@@ -62,41 +62,74 @@ def test_sparse_statistics_by_hand():
 def test_dense_statistics_and_trajectories_by_hand():
     t = load_logs([DATA / "blocks_tiny_dense.jsonl"])
     s = summarize(t)
-    np.testing.assert_allclose(s.pooled, [4 / 8, 3 / 8])
-    assert s.best_fixed_name == "x" and s.per_block_gap == pytest.approx(6 / 8 / 0.5 - 1)
-    # q (5 tokens): x 3 passes, y 2, oracle 2 (greedy longest block: 3); r (3 tokens): x 2, y 3, oracle 2
-    assert s.trajectory == pytest.approx({"x": 8 / 5, "y": 8 / 5, "oracle": 8 / 4})
+    # q (5 tokens): x starts 0,3,4 (3 passes), y 0,2 (2); r (3 tokens): x 0,2 (2), y 0,1,2 (3): a tie at 5 passes,
+    # so the primary is the first drafter, x, and B = x's starts: q 0,3,4 and r 0,2
+    assert s.best_fixed_name == "x" and s.n_blocks == 5
+    np.testing.assert_allclose(s.pooled, [3 / 5, 1 / 5])
+    assert s.per_block_gap == pytest.approx(0.0)        # at x's own starts nothing beats x
+    # ...while the length-biased mean over every position says +50%
+    assert s.per_position["per_block_gap_per_position"] == pytest.approx(6 / 8 / 0.5 - 1)
+    # oracle: q 0 -y-> 2 -y-> 5, r 0 -x-> 2 -> 3: 4 passes; greedy: q 0 -x-> 3 -> 4 -> 5, r as x: 5 passes
+    assert s.trajectory == pytest.approx({"x": 8 / 5, "y": 8 / 5, "greedy_oracle": 8 / 5, "oracle": 8 / 4})
     assert trajectory_oracle(t).passes.tolist() == [2, 2]
     assert fixed_trajectory(t, 0).passes.tolist() == [3, 2]
 
 
-def test_trajectory_oracle_against_brute_force():
-    rng = np.random.default_rng(0)
-    for trial in range(40):
-        n, D = int(rng.integers(1, 8)), int(rng.integers(1, 4))
-        acc = [np.minimum(rng.integers(0, 5, (n, D)), (n - 1 - np.arange(n))[:, None]) for _ in range(2)]
-        t = _dense_table(acc)
-        assert trajectory_oracle(t).passes.tolist() == [_brute_force_passes(a) for a in acc], trial
+def _two_workloads() -> BlockTable:
+    # w0/p0: d0 accepts everything at 0 (1 pass), d1 0 -> 1 -> 4 (2 passes);
+    # w1/p1: d0 accepts nothing (4 passes), d1 0 -> 2 -> 4 (2 passes). Primary d1 (4 passes against 5).
+    return _dense_table([np.array([[3, 0], [0, 2], [0, 0], [0, 0]]), np.array([[0, 1], [0, 0], [0, 1], [0, 0]])],
+                        workload_of_prompt=[0, 1])
 
 
-def test_oracle_equals_greedy_on_teacher_forced_logs():
-    """Teacher forcing makes pos + a_d(pos) + 1 non-decreasing in pos, so jumping furthest is optimal."""
-    t = simulate_table(SimConfig(n_prompts=5, out_len=60, seed=1))
+def test_positional_and_trajectory_statistics_disagree_by_construction():
+    from bandit import trajectory
+    t = _two_workloads()
+    assert trajectory.primary(t) == 1
+    b = trajectory.block_set(t)
+    assert b.pos.tolist() == [0, 1, 0, 2] and b.block.tolist() == [0, 1, 0, 1]
+    s = summarize(t)
+    assert s.best_fixed_name == "d1" and s.n_blocks == 4
+    np.testing.assert_allclose(s.table, [[1.5, 1.0], [0.0, 1.0]])
+    assert s.per_block_gap == pytest.approx(7 / 4 - 1)                                   # blocks: max 3, 2, 1, 1
+    assert s.per_position["per_block_gap_per_position"] == pytest.approx(7 / 8 / 0.5 - 1)   # positions: 3,2,0,0,1,0,1,0
+    # workloads on their own best: w0 d0 (1 pass), w1 d1 (2): 8 tokens in 3 passes against d1's 8 in 4
+    assert s.workload_headroom == pytest.approx((8 / 3) / 2 - 1)
+    assert s.per_position["workload_headroom_per_position"] == pytest.approx(0.625 / 0.5 - 1)
+    np.testing.assert_allclose(s.trajectory_table, [[4.0, 2.0], [1.0, 2.0]])
+    assert s.trajectory["oracle"] == pytest.approx(8 / 3) and s.trajectory["greedy_oracle"] == pytest.approx(8 / 3)
 
-    class Greedy(FixedPolicy):
-        def choose(self, ctx):
-            return int(np.argmax(t.accepted[np.flatnonzero((t.prompt == ctx.prompt) & (t.pos == ctx.pos))[0]]))
-    assert trajectory_replay(t, Greedy(0)).passes.tolist() == trajectory_oracle(t).passes.tolist()
+
+def test_block_marks_do_not_change_dense_numbers():
+    """Marks equal to the primary's starts, other marks, or none: a dense log's numbers are the same."""
+    from bandit import trajectory
+    t = _two_workloads()
+    starts = trajectory.fixed_starts(t)
+    base = summarize(t).to_json()
+    for marks in (starts[:, 1], starts[:, 0], np.ones(t.n_records, bool)):
+        blk = np.where(marks, np.arange(t.n_records), -1).astype(np.int64)
+        assert summarize(replace(t, block=blk)).to_json() == base
 
 
-def test_policy_trajectory_equals_vectorised_fixed():
-    t = simulate_table(SimConfig(n_prompts=3, out_len=50, seed=2))
-    for d in range(len(t.drafters)):
-        slow, fast = trajectory_replay(t, FixedPolicy(d)), fixed_trajectory(t, d)
-        assert slow.passes.tolist() == fast.passes.tolist()
-        assert slow.tokens_per_pass == fast.tokens_per_pass
-    o = trajectory_oracle(t).tokens_per_pass
-    assert all(o >= fixed_trajectory(t, d).tokens_per_pass for d in range(4))
+def test_sparse_log_of_the_primarys_starts_agrees_with_the_dense_log():
+    from bandit import trajectory
+    t = _two_workloads()
+    b = trajectory.block_set(t)
+    sparse = replace(b, dense=False)
+    s, d = summarize(sparse), summarize(t)
+    assert s.best_fixed_name == d.best_fixed_name
+    assert s.per_block_gap == pytest.approx(d.per_block_gap)
+    np.testing.assert_allclose(s.table, d.table)
+
+
+def test_no_trajectory_exceeds_the_shortest_path():
+    rng = np.random.default_rng(4)
+    for trial in range(20):
+        acc = [rng.integers(0, 4, (int(rng.integers(3, 12)), 3)) for _ in range(4)]
+        t = _dense_table(acc, workload_of_prompt=[0, 0, 1, 1])
+        s = summarize(t)
+        assert max(v for k, v in s.trajectory.items() if k != "oracle") <= s.trajectory["oracle"] + 1e-12, trial
+        assert s.workload_oracle <= s.trajectory["oracle"] + 1e-12
 
 
 class Recorder:
@@ -150,55 +183,54 @@ def test_trajectory_needs_dense():
 
 def test_mean_table_independent_computation():
     t = simulate_table(SimConfig(n_prompts=4, out_len=30, seed=3))
-    b = t.is_block_start
     for w in range(len(t.workloads)):
         for d in range(len(t.drafters)):
-            vals = [int(t.accepted[i, d]) for i in range(t.n_records) if b[i] and t.workload[i] == w]
+            vals = [int(t.accepted[i, d]) for i in range(t.n_records) if t.workload[i] == w]
             assert mean_table(t)[w, d] == pytest.approx(sum(vals) / len(vals))
 
 
 def test_cli_replay_json_equals_independent_computation(tmp_path):
-    """The JSON's numbers recomputed from the raw lines with plain Python."""
+    """The JSON's numbers recomputed from the raw lines with plain Python (a dense simulated log)."""
     from typer.testing import CliRunner
     from bandit.cli import app
     import gzip
     path = write_sim_run(SimConfig(n_prompts=2, out_len=40, seed=12), tmp_path / "run")
-    r = CliRunner().invoke(app, ["replay", str(path), "--json", "--drafters", "dflash,ngram,cascade"])
+    names = ["cascade", "dflash", "ngram"]
+    r = CliRunner().invoke(app, ["replay", str(path), "--json", "--drafters", ",".join(names), "--resamples", "0"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     recs = [json.loads(l) for l in gzip.decompress(path.read_bytes()).decode().splitlines()]
-    blocks = [x for x in recs if "block" in x]
-    names = ["dflash", "ngram", "cascade"]
-    acc = {d: [x["drafts"][d]["accepted"] for x in blocks] for d in names}
-    pooled = {d: sum(v) / len(v) for d, v in acc.items()}
-    assert out["pooled"] == pytest.approx(pooled) and out["n_blocks"] == len(blocks)
-    best = max(names, key=lambda d: pooled[d])
-    assert out["best_fixed"] == best
-    per_block = sum(max(x["drafts"][d]["accepted"] for d in names) for x in blocks) / len(blocks)
-    assert out["per_block_gap"] == pytest.approx(per_block / pooled[best] - 1)
-    wls = sorted({x["workload"] for x in blocks})
-    table = {w: {d: np.mean([x["drafts"][d]["accepted"] for x in blocks if x["workload"] == w]) for d in names} for w in wls}
-    assert out["table"].keys() == table.keys()
-    for w in wls:
-        assert out["table"][w] == pytest.approx(table[w])
-    n_w = {w: sum(x["workload"] == w for x in blocks) for w in wls}
-    oracle = sum(n_w[w] * max(table[w].values()) for w in wls) / len(blocks)
-    assert out["workload_headroom"] == pytest.approx(oracle / pooled[best] - 1)
-    # trajectories by walking the records
     by = {(x["workload"], x["prompt_id"], x["pos"]): x for x in recs}
     lengths = {}
     for w, p, pos in by:
         lengths[(w, p)] = max(lengths.get((w, p), 0), pos + 1)
+    starts = {d: [] for d in names}
     for d in names:
-        passes = 0
-        for (w, p), n in lengths.items():
+        for (w, p), n in sorted(lengths.items()):
             pos = 0
             while pos < n:
+                starts[d].append(by[(w, p, pos)])
                 pos += by[(w, p, pos)]["drafts"][d]["accepted"] + 1
-                passes += 1
-        assert out["trajectory"][d] == pytest.approx(sum(lengths.values()) / passes)
+        assert out["trajectory"][d] == pytest.approx(sum(lengths.values()) / len(starts[d]))
+    best = min(names, key=lambda d: (len(starts[d]), names.index(d)))      # fewest passes, first on ties
+    assert out["primary"] == best
+    blocks = starts[best]
+    acc = {d: [x["drafts"][d]["accepted"] for x in blocks] for d in names}
+    pooled = {d: sum(v) / len(v) for d, v in acc.items()}
+    assert out["pooled"] == pytest.approx(pooled) and out["n_blocks"] == len(blocks)
+    per_block = sum(max(x["drafts"][d]["accepted"] for d in names) for x in blocks) / len(blocks)
+    assert out["per_block_gap"] == pytest.approx(per_block / pooled[best] - 1)
+    wls = sorted({x["workload"] for x in blocks})
+    table = {w: {d: np.mean([x["drafts"][d]["accepted"] for x in blocks if x["workload"] == w]) for d in names} for w in wls}
+    for w in wls:
+        assert out["table"][w] == pytest.approx(table[w])
+    passes_w = {w: {d: sum(x["workload"] == w for x in starts[d]) for d in names} for w in wls}
+    tok_w = {w: sum(n for (ww, _), n in lengths.items() if ww == w) for w in wls}
+    oracle = sum(tok_w.values()) / sum(min(passes_w[w].values()) for w in wls)
+    assert out["workload_headroom"] == pytest.approx(oracle / out["trajectory"][best] - 1)
     assert out["trajectory"]["oracle"] >= max(out["trajectory"][d] for d in names)
-    assert set(out) >= {"table", "pooled", "best_fixed", "workload_headroom", "per_block_gap", "n_blocks", "trajectory"}
+    assert set(out) >= {"table", "pooled", "primary", "workload_headroom", "per_block_gap", "n_blocks", "trajectory",
+                        "per_position", "block_set"}
 
 
 def test_shipped_sim_campaign_is_reproducible(tmp_path):

@@ -1,115 +1,156 @@
-"""The per-block selector: outcomes by brute force, the nested threshold, no test-data leakage, planted truth."""
+"""The selector: frontier area against scikit-learn's AUC and brute force, the operating point against an exhaustive
+search, no path from held-out outcomes to a fold's rule, weights as repeated prompts, planted signal."""
+import itertools
+from dataclasses import replace
+
 import numpy as np
 import pytest
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.metrics import roc_auc_score
 
-from bandit import selector
-from bandit.breakeven import speedup_equal
+from bandit import ci, selector, trajectory
+from bandit.breakeven import Costs
 from bandit.simulate import SimConfig, simulate_table
 
 
 @pytest.fixture(scope="module")
-def data():
-    t = simulate_table(SimConfig(n_prompts=12, out_len=60, shared=0.0, signal=(1.0, 1.0, 0.0, 1.0), seed=5))
-    return selector.selector_data(t.blocks())
+def table():
+    return simulate_table(SimConfig(n_prompts=10, out_len=60, shared=0.0, signal=(1.0, 1.0, 0.0, 1.0), seed=5))
 
 
-def test_curve_matches_brute_force():
+def test_frontier_area_of_a_binary_gain_is_the_gains_curve_of_the_auc():
+    """With up in {0, 1}: area under the cumulative-gains curve = pi / 2 + (1 - pi) AUC (pi = share of positives)."""
     rng = np.random.default_rng(0)
-    a_p = rng.integers(0, 5, 300).astype(float)
-    a_best = a_p + rng.integers(0, 3, 300) * (rng.random(300) < 0.4)
-    s, w = rng.random(300), rng.integers(0, 3, 300).astype(float)
-    c = selector.curve(s, np.array([0.3, 0.7]), a_p, a_best, w)
-    for i, thr in enumerate([0.3, 0.7]):
-        num = den = rr = sel = base = 0.0
-        for j in range(300):
-            r = s[j] >= thr
-            sel += w[j] * (a_best[j] if r else a_p[j]); base += w[j] * a_p[j]
-            num += w[j] * (a_best[j] - a_p[j]) * r; den += w[j] * (a_best[j] - a_p[j]); rr += w[j] * r
-        R = rr / w.sum()
-        assert c["redraft_rate"][i] == pytest.approx(R)
-        assert c["capture"][i] == pytest.approx(num / den)
-        assert c["skill"][i] == pytest.approx(num / den / R)
-        assert c["token_gain"][i] == pytest.approx((sel + w.sum()) / (base + w.sum()) - 1)
+    for trial in range(5):
+        up = (rng.random(400) < 0.3).astype(float)
+        s = up * rng.normal(1.0, 1.0, 400) + rng.normal(0, 1, 400)
+        s = np.round(s, 1)                    # ties: roc_auc_score counts a tie as one half, as our linear step does
+        pi = up.mean()
+        want = pi / 2 + (1 - pi) * roc_auc_score(up, s)
+        assert selector.frontier_area(s, np.ones(400), up) == pytest.approx(want, abs=1e-12)
+        assert selector.frontier_area(-s, np.ones(400), up) < 0.5 < want
 
 
-def test_nested_threshold_equals_hand_inner_lowo(data):
-    """Threshold = argmax of the criterion over the pooled inner out-of-fold predictions (sklearn's own predict_proba)."""
-    tr = data.workload != 0
-    X, ap, ab, g = data.X[tr], data.a_p[tr], data.a_best[tr], data.workload[tr]
-    est = selector.NestedSelector(criterion="speedup", n_alternatives=3).fit(X, ap, ab, g)
-    oof = np.zeros(len(X))
-    for k in np.unique(g):
-        m = make_pipeline(StandardScaler(), LogisticRegression()).fit(X[g != k], (ab > ap)[g != k])
-        oof[g == k] = m.predict_proba(X[g == k])[:, 1]
-    best, best_thr = -np.inf, None
-    for thr in selector.LEVELS:
-        r = oof >= thr
-        gain = ((ab - ap) * r).sum() / (ap + 1).sum()
-        v = speedup_equal(gain, r.mean(), 3, 0.10, 0.0)
-        if v > best + 1e-12:
-            best, best_thr = v, thr
-    assert est.threshold_ == pytest.approx(best_thr)
-    full = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, ab > ap)
-    assert est.decision_function(X) == pytest.approx(full.predict_proba(X)[:, 1], abs=2e-3)  # solvers differ (lbfgs tol)
+def test_frontier_area_with_ties_is_the_mean_over_tie_orders():
+    """Brute force: every order of the tied blocks, a step curve each, averaged."""
+    s = np.array([3.0, 2.0, 2.0, 2.0, 1.0, 0.0])
+    up = np.array([0.0, 2.0, 0.0, 1.0, 3.0, 0.0])
+    w = np.array([1.0, 2.0, 1.0, 1.0, 1.0, 3.0])
+
+    def step_area(order):
+        R = np.r_[0, np.cumsum(w[order])] / w.sum()
+        C = np.r_[0, np.cumsum((w * up)[order])] / (w * up).sum()
+        return np.sum(np.diff(R) * (C[1:] + C[:-1]) / 2)
+
+    areas = [step_area([0, *p, 4, 5]) for p in itertools.permutations([1, 2, 3])]
+    assert selector.frontier_area(s, w, up) == pytest.approx(np.mean(areas))
+    # a weight-2 block is two copies of it
+    s2, up2 = np.r_[s, 2.0], np.r_[up, 2.0]
+    w2 = np.r_[w[0], 1.0, w[2:], 1.0]
+    assert selector.frontier_area(s2, w2, up2) == pytest.approx(selector.frontier_area(s, w, up))
 
 
-def test_weights_equal_repeated_rows(data):
-    rng = np.random.default_rng(1)
-    w = rng.integers(0, 3, data.a_p.size)
-    idx = np.repeat(np.arange(w.size), w)
-    a = selector.NestedSelector(criterion="net").fit(data.X, data.a_p, data.a_best, data.workload, w)
-    b = selector.NestedSelector(criterion="net").fit(data.X[idx], data.a_p[idx], data.a_best[idx], data.workload[idx])
-    assert a.threshold_ == b.threshold_
-    assert a.decision_function(data.X) == pytest.approx(b.decision_function(data.X), abs=1e-4)
+def _costs(D, rho, union):
+    return Costs(tuple(f"d{j}" for j in range(D)), np.asarray(rho, float), np.asarray(union, float), "measured")
 
 
-def test_held_out_labels_cannot_move_the_threshold(data):
-    """Poison the held-out workload's outcomes: its fold's threshold and model stay; poisoning a training one moves them."""
-    w = np.ones(data.a_p.size)
-    _, _, fits = selector.lowo_arrays(data, w, "logistic", "net")
-    held = 1
+def test_operating_point_is_the_exhaustive_best():
+    rng = np.random.default_rng(3)
+    D = 4
+    for trial in range(10):
+        n = 40
+        tau = rng.integers(1, 6, (n, D)).astype(float)
+        s = np.round(rng.random(n), 2)
+        w = rng.integers(0, 3, n).astype(float)
+        costs = _costs(D, rng.uniform(0, 0.3, D), np.r_[0, 0, np.sort(rng.uniform(0, 0.6, D - 1))])
+        p = int(rng.integers(D))
+        rule = selector.choose_rule(s, w, tau, p, costs)
+        best, best_rule = 1.0, ((), np.inf)
+        for alts in selector.alternative_sets(D, p):
+            for thr in np.unique(s[w > 0]):
+                r = s >= thr
+                g = (w * r) @ (tau[:, list(alts) + [p]].max(1) - tau[:, p]) / (w @ tau[:, p])
+                c0 = 1 + costs.rho[p]
+                c = c0 + (w @ r) / w.sum() * (costs.rho[list(alts)].sum() + costs.union[1 + len(alts)])
+                v = (1 + g) * c0 / c
+                if v > best + 1e-12:
+                    best, best_rule = v, (alts, thr)
+        assert rule.speedup == pytest.approx(best)
+        assert rule.alts == best_rule[0]
+        if rule.kind == "threshold":
+            assert rule.threshold == best_rule[1]
+        elif rule.kind == "always":
+            assert best_rule[1] == s[w > 0].min()
+
+
+def test_sets_searched():
+    assert selector.alternative_sets(4, 1) == [(0,), (2,), (3,), (0, 2), (0, 3), (2, 3), (0, 2, 3)]
+    assert selector.alternative_sets(2, 0) == [(1,)]
+
+
+def test_expensive_redrafts_give_a_degenerate_never_rule(table):
+    D = len(table.drafters)
+    res = selector.nested(table, np.ones((1, table.n_prompts)), costs=_costs(D, [5.0] * D, np.r_[0, 0, [9.0] * (D - 1)]))
+    for s in selector.SCORES:
+        for g in range(len(table.workloads)):
+            assert res.rules[s][g][0].kind == "never"
+            assert res.outcome(s, g)["redraft_rate"][0] == 0
+    assert res.outcome("logistic")["speedup"][0] == pytest.approx(1.0)
+
+
+def test_held_out_outcomes_cannot_move_the_fold_rule(table):
+    """Scramble one workload's accepted lengths: its own fold's primary and rule stay; another fold's move."""
+    base = selector.nested(table, np.ones((1, table.n_prompts)), scores=("logistic", "conf_min"))
     rng = np.random.default_rng(2)
+    held = 1
     for victim, should_move in ((held, False), (2, True)):
-        a_best = data.a_best.copy()
-        m = data.workload == victim
-        a_best[m] = np.where(rng.random(m.sum()) < 0.5, data.a_p[m] + 6, data.a_p[m])   # labels scrambled
-        poisoned = selector.SelectorData(data.X, data.a_p, a_best, data.workload, data.primary, data.alternatives)
-        _, _, fits2 = selector.lowo_arrays(poisoned, w, "logistic", "net")
-        same = (fits2[held].threshold_ == fits[held].threshold_ and
-                np.allclose(fits2[held].inner_curve_["capture"], fits[held].inner_curve_["capture"]) and
-                np.allclose(fits2[held].model_[3], fits[held].model_[3]))
+        acc = table.accepted.copy()
+        m = table.workload == victim
+        acc[m] = rng.integers(0, 9, acc[m].shape)
+        poisoned = selector.nested(replace(table, accepted=acc), np.ones((1, table.n_prompts)),
+                                   scores=("logistic", "conf_min"))
+        same = all(poisoned.rules[s][held][0] == base.rules[s][held][0] for s in ("logistic", "conf_min"))
         assert same != should_move
 
 
-def test_frontier_shape(data):
-    t = simulate_table(SimConfig(n_prompts=6, out_len=50, shared=0.0, seed=2))
-    res = selector.lowo(t, "ent_mean", "net")
-    R, C, g = selector.frontier(res)
-    assert R[0] == 0 and C[0] == 0 and R[-1] == pytest.approx(1) and C[-1] == pytest.approx(1)
-    assert (np.diff(R) > 0).all() and (np.diff(C) >= -1e-12).all()
-    assert g[-1] == pytest.approx(res.bon_gain)
+def test_prompt_weights_equal_repeated_prompts(table):
+    """Weight c on a prompt = the prompt present c times (the bootstrap's weights path against materialised copies)."""
+    units, strata = ci._units(table, "prompt")
+    counts = ci.resample_counts(strata, 1, seed=4)[0]
+    a = selector.nested(table, counts[None, :].astype(float), scores=("logistic", "ent_mean"))
+    b = selector.nested(ci.resample_table(table, counts, units), None or np.ones((1, int(counts.sum()))),
+                        scores=("logistic", "ent_mean"))
+    for s in ("logistic", "ent_mean"):
+        np.testing.assert_allclose(a.areas[s], b.areas[s], atol=1e-9)
+        for k in ("token_gain", "redraft_rate", "speedup"):
+            np.testing.assert_allclose(a.outcome(s)[k], b.outcome(s)[k], atol=1e-9)
 
 
-def test_planted_truth_skill_cis():
-    """Confidence signal on chat, code, math and none on copy: skill CIs above 1 on the three, containing 1 on copy."""
-    t = simulate_table(SimConfig(n_prompts=40, out_len=80, shared=0.0, signal=(1.0, 1.0, 0.0, 1.0), seed=0))
-    res = selector.lowo(t, "logistic", "net", n_resamples=60, seed=0)
-    v = {f.workload: f for f in res.folds}
+def test_batched_resamples_equal_one_at_a_time(table):
+    units, strata = ci._units(table, "prompt")
+    counts = ci.resample_counts(strata, 3, seed=1).astype(float)
+    batch = selector.nested(table, counts, scores=("logistic",))
+    for i in range(3):
+        one = selector.nested(table, counts[i:i + 1], scores=("logistic",))
+        np.testing.assert_allclose(batch.areas["logistic"][i], one.areas["logistic"][0], atol=1e-9)
+        for rb, ro in zip((r[i] for r in batch.rules["logistic"]), (r[0] for r in one.rules["logistic"])):
+            assert (rb.primary, rb.alts) == (ro.primary, ro.alts)
+            assert rb.threshold == pytest.approx(ro.threshold, rel=1e-7) and rb.speedup == pytest.approx(ro.speedup)
+
+
+def test_planted_signal_frontier_area_cis():
+    """Confidence signal on chat, code and math, none on copy: the area CI above 0.5 on the three, containing it on copy."""
+    t = simulate_table(SimConfig(n_prompts=30, out_len=80, shared=0.0, signal=(1.0, 1.0, 0.0, 1.0), seed=0))
+    e = {x.name: x.ci for x in ci.selector_entries(t, "prompt", 60, 0, "percentile")}
     for w in ("chat", "code", "math"):
-        assert v[w].skill_ci[0] > 1, v[w]
-        assert v[w].verdict == "beats random"
-    assert v["copy"].skill_ci[0] <= 1 <= v["copy"].skill_ci[1], v["copy"]
-    assert res.primary == "dflash" and set(res.alternatives) == {"cascade", "eagle", "ngram"}
+        assert e[f"selector_frontier_area[{w}]"].lo > 0.5, (w, e[f"selector_frontier_area[{w}]"])
+    c = e["selector_frontier_area[copy]"]
+    assert c.lo <= 0.5 <= c.hi, c
 
 
-def test_baselines_share_the_protocol(data):
-    t = simulate_table(SimConfig(n_prompts=6, out_len=50, seed=2))
-    for score in ("conf_min", "ent_mean"):
-        res = selector.lowo(t, score, "net")
-        assert [f.workload for f in res.folds] == list(t.workloads)
-        assert all(score in f.threshold for f in res.folds)
+def test_scores_and_workloads_checked(table):
     with pytest.raises(ValueError, match="score"):
-        selector.lowo(t, "oracle")
+        selector.nested(table, np.ones((1, table.n_prompts)), scores=("oracle",))
+    one = table.take_prompts(np.isin(np.arange(table.n_prompts),
+                                     np.flatnonzero(table.workload[trajectory.prompt_rows(table)[0]] == 0)))
+    with pytest.raises(ValueError, match="two workloads"):
+        selector.nested(replace(one, workloads=one.workloads[:1]), np.ones((1, one.n_prompts)))

@@ -142,31 +142,38 @@ def acceptance(run) -> tuple[str, list[tuple[str, bool, str]]]:
 
     import numpy as np
 
+    from bandit import trajectory
     from bandit.logs import load_logs
-    from bandit.replay import summarize
     run = Path(run)
     man = json.loads((run / "manifest.json").read_text())
-    s = summarize(load_logs([run]))
-    W, D = list(s.workloads), list(s.drafters)
+    t = load_logs([run])
+    W, D = list(t.workloads), list(t.drafters)
+    # each drafter at its own block starts (its own trajectory), not at every position: a mean over
+    # positions counts a position inside a long accepted run once per position
+    starts = trajectory.fixed_starts(t)
+    table = np.array([[t.accepted[starts[:, j] & (t.workload == i), j].mean() for j in range(len(D))]
+                      for i in range(len(W))])
+    pooled = np.array([t.accepted[starts[:, j], j].mean() for j in range(len(D))])
     hdr = "| workload | " + " | ".join(D) + " |"
     rows = [hdr, "|---|" + "---|" * len(D)]
-    for name, vals in [*zip(W, s.table), ("pooled", s.pooled)]:
+    for name, vals in [*zip(W, table), ("pooled", pooled)]:
         best = int(np.nanargmax(vals))
         rows.append(f"| {name} | " + " | ".join(f"**{v:.2f}**" if j == best else f"{v:.2f}"
                                                for j, v in enumerate(vals)) + " |")
     md = (f"[{man['label']}] `runs/{run.name}/` from `python sweep.py` (dense, greedy, k = {man['k']}, "
-          f"{s.n_prompts:,} prompts over {', '.join(W)}, {s.n_blocks:,} positions), read by "
-          "`bandit.replay`: mean accepted draft tokens per position (bonus token excluded; Medusa "
-          "drafts at most 4). Best per row in bold. Regenerate with "
+          f"{t.n_prompts:,} prompts over {', '.join(W)}, {t.n_records:,} positions), read by "
+          "`bandit.trajectory`: mean accepted draft tokens per block, each drafter at its own block "
+          "starts along its own trajectory (bonus token excluded; Medusa drafts at most 4). Best per "
+          "row in bold. Regenerate with "
           f"`python -m zoo.cards runs/{run.name}`.\n\n" + "\n".join(rows)
           + "\n\n`ngram` looks up the prompt and the output so far; `suffix` also indexes the "
           "earlier outputs of the run, so it profits when the target repeats itself across "
           "prompts. Prompt lookup wins on `copy` only when the target copies its context: see "
           "the target card's in-context copying probe.")
-    tab = {w: dict(zip(D, row)) for w, row in zip(W, s.table)}
+    tab = {w: dict(zip(D, row)) for w, row in zip(W, table)}
     gates = []
-    distinct = len({round(float(v), 2) for v in s.pooled}) == len(D)
-    gates.append(("drafters differ", distinct, "pooled means " + ", ".join(f"{d} {v:.2f}" for d, v in zip(D, s.pooled))))
+    distinct = len({round(float(v), 2) for v in pooled}) == len(D)
+    gates.append(("drafters differ", distinct, "pooled means " + ", ".join(f"{d} {v:.2f}" for d, v in zip(D, pooled))))
     models = [d for d in MODEL_BASED if d in D]
     low = min((tab[w][d], w, d) for w in W for d in models) if models else (float("nan"), "", "")
     gates.append((f"model-based drafters accept > {WELL_ABOVE_ZERO} on every workload",

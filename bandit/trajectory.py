@@ -1,0 +1,218 @@
+"""Which blocks a statistic is computed on: trajectories of fixed drafters on dense logs, and the primary.
+
+A dense log holds a record at every output position. Averaging over every position counts
+a position inside a long accepted run as many times as it is revisited, so the mean is
+length-biased. The project's definitions (docs/DESIGN.md, "Which blocks") therefore fix the
+block set B before any statistic:
+
+- sparse log: B = the logged behaviour trajectory's block starts (records with `block`; every
+  record of a prompt none of whose records has one);
+- dense log: B = the *primary's own trajectory starts*. The primary is the drafter with the most
+  output tokens per target pass along its own trajectory (the fewest passes in total; the first
+  drafter in name order on ties). Its trajectory starts at position 0 and each block starts at
+  pos + accepted + 1. Any `block` marks in a dense log are ignored.
+
+Everything here is vectorised over prompts; `python bandit/trajectory.py [PATHS]` prints each
+fixed drafter's tokens per pass and which drafter is the primary.
+"""
+from __future__ import annotations
+
+if __package__ in (None, ""):  # run as `python bandit/trajectory.py`: import our `bandit`, not a namesake
+    import pathlib, sys
+    sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from bandit.logs import BlockTable
+
+
+def require_dense(t: BlockTable) -> None:
+    if not t.dense:
+        raise ValueError("trajectory replay needs a dense log (a record at every position 0..n-1 of every "
+                         "prompt); this one is sparse")
+
+
+def prompt_rows(t: BlockTable) -> tuple[np.ndarray, np.ndarray]:
+    """(start (P,), length (P,)) of each prompt's rows (records are sorted by prompt, pos)."""
+    starts = np.searchsorted(t.prompt, np.arange(t.n_prompts))
+    ends = np.searchsorted(t.prompt, np.arange(t.n_prompts), side="right")
+    return starts, ends - starts
+
+
+def output_lengths(t: BlockTable) -> np.ndarray:
+    """(P,) int64 output tokens of each prompt of a dense log (its number of positions)."""
+    require_dense(t)
+    return prompt_rows(t)[1].astype(np.int64)
+
+
+def fixed_starts(t: BlockTable) -> np.ndarray:
+    """(R, D) bool: row r is a block start of always-drafter-d's trajectory (dense logs)."""
+    require_dense(t)
+    starts, lengths = prompt_rows(t)
+    D = len(t.drafters)
+    out = np.zeros((t.n_records, D), bool)
+    for d in range(D):
+        pos = np.zeros(t.n_prompts, np.int64)
+        live = pos < lengths
+        while live.any():
+            r = starts[live] + pos[live]
+            out[r, d] = True
+            pos[live] += t.accepted[r, d].astype(np.int64) + 1
+            live = pos < lengths
+    return out
+
+
+def fixed_passes(t: BlockTable, starts: np.ndarray | None = None) -> np.ndarray:
+    """(P, D) int64 target passes of each fixed drafter's trajectory, per prompt (dense logs)."""
+    s = fixed_starts(t) if starts is None else starts
+    out = np.zeros((t.n_prompts, s.shape[1]), np.int64)
+    np.add.at(out, t.prompt, s.astype(np.int64))
+    return out
+
+
+def primary_index(passes: np.ndarray) -> np.ndarray:
+    """Primary per row of summed passes: (n, D) -> (n,) argmin (most tokens per pass; first on ties)."""
+    return np.argmin(np.asarray(passes), axis=-1)
+
+
+def primary(t: BlockTable) -> int:
+    """Index of the primary: dense logs, most tokens per target pass along its own trajectory;
+    sparse logs, the highest mean accepted over the logged block starts (tokens per pass there)."""
+    if t.dense:
+        return int(primary_index(fixed_passes(t).sum(0)))
+    b = t.is_block_start
+    return int(np.argmax(t.accepted[b].astype(float).mean(0)))
+
+
+def block_set(t: BlockTable, p: int | None = None) -> BlockTable:
+    """The table restricted to its block set B: dense logs, drafter p's (default: the primary's) own
+    trajectory starts with `block` numbered along it; sparse logs, the logged block starts."""
+    if not t.dense:
+        if p is not None:
+            raise ValueError("a sparse log has one block set, the logged trajectory's; no drafter can be chosen")
+        return t.blocks()
+    p = primary(t) if p is None else p
+    keep = fixed_starts(t)[:, p]
+    b = t.take(keep)
+    # number the blocks within each prompt, 0, 1, ... (rows are sorted by prompt, pos)
+    first = np.searchsorted(b.prompt, b.prompt)
+    return replace(b, block=(np.arange(b.n_records) - first).astype(np.int64))
+
+
+def block_mask(t: BlockTable) -> np.ndarray:
+    """(R,) bool: the rows of t's block set B (see `block_set`)."""
+    return fixed_starts(t)[:, primary(t)] if t.dense else t.is_block_start
+
+
+def block_tokens(t: BlockTable, b: BlockTable | None = None) -> np.ndarray:
+    """(B, D) tokens each drafter's block would produce at the blocks of `b`, capped at the output's end
+    on dense logs (nothing is counted past the end of an output): min(a + 1, n - pos)."""
+    b = t if b is None else b
+    tau = b.accepted.astype(np.int64) + 1
+    if not t.dense:
+        return tau
+    lengths = output_lengths(t)
+    # `b` may be a subset of t's rows; its prompt indices are t's when it came from t.take
+    rem = lengths[b.prompt] - b.pos
+    return np.minimum(tau, rem[:, None])
+
+
+def describe(t: BlockTable) -> str:
+    if not t.dense:
+        b = t.blocks()
+        p = primary(t)
+        return (f"[{t.label}] sparse log: block set = the logged trajectory's {b.n_records} block starts; "
+                f"primary (highest mean accepted there) {t.drafters[p]}")
+    s = fixed_starts(t)
+    passes = fixed_passes(t, s).sum(0)
+    tokens = int(output_lengths(t).sum())
+    p = int(primary_index(passes))
+    lines = [f"[{t.label}] dense log: {tokens} output tokens in {t.n_prompts} prompts; "
+             "tokens per target pass along each fixed drafter's own trajectory:"]
+    for d, name in enumerate(t.drafters):
+        lines.append(f"  {name:10s} {tokens / passes[d]:7.3f}  ({int(passes[d])} passes){'  <- primary' if d == p else ''}")
+    lines.append(f"block set B = the primary's {int(passes[p])} trajectory starts (not all {t.n_records} positions)")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TrajectoryResult:
+    """Trajectory replay on a dense log: tokens and target passes per prompt (P prompts)."""
+    policy: str
+    label: str
+    tokens: np.ndarray    # (P,) int: output tokens produced (the output's length)
+    passes: np.ndarray    # (P,) int: target passes (blocks) used
+    workload: np.ndarray  # (P,) int
+    chosen: np.ndarray    # (B,) int: drafter per block, prompt by prompt ([] for the vectorised oracle)
+    cluster: np.ndarray   # (B,) int: prompt of each block
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return float(self.tokens.sum() / self.passes.sum())
+
+
+def fixed_trajectory(t: BlockTable, d: int) -> TrajectoryResult:
+    """`trajectory_replay` of always-drafter-d, vectorised over prompts (same result, no Python per block)."""
+    require_dense(t)
+    starts, lengths = prompt_rows(t)
+    pos = np.zeros(t.n_prompts, np.int64)
+    passes = np.zeros(t.n_prompts, np.int64)
+    live = pos < lengths
+    while live.any():
+        r = starts[live] + pos[live]
+        pos[live] += t.accepted[r, d] + 1
+        passes[live] += 1
+        live = pos < lengths
+    return TrajectoryResult(policy=f"fixed:{t.drafters[d]}", label=t.label, tokens=lengths.astype(np.int64),
+                            passes=passes, workload=t.workload[starts].astype(np.int64),
+                            chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
+
+
+def greedy_oracle_trajectory(t: BlockTable) -> TrajectoryResult:
+    """The greedy per-block oracle as a trajectory: at every block start the drafter that accepts most
+    (first on ties), the next block where it ends. A real trajectory, so never above the shortest path."""
+    require_dense(t)
+    starts, lengths = prompt_rows(t)
+    pos = np.zeros(t.n_prompts, np.int64)
+    passes = np.zeros(t.n_prompts, np.int64)
+    live = pos < lengths
+    while live.any():
+        r = starts[live] + pos[live]
+        pos[live] += t.accepted[r].max(1).astype(np.int64) + 1
+        passes[live] += 1
+        live = pos < lengths
+    return TrajectoryResult(policy="greedy_oracle", label=t.label, tokens=lengths.astype(np.int64), passes=passes,
+                            workload=t.workload[starts].astype(np.int64),
+                            chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
+
+
+def trajectory_oracle(t: BlockTable) -> TrajectoryResult:
+    """Fewest target passes per prompt when any drafter may run at any block start.
+
+    Dynamic programming backwards over positions, all prompts at once:
+    f(pos) = 0 for pos >= n, else 1 + min_d f(pos + a_d(pos) + 1).
+    """
+    require_dense(t)
+    starts, lengths = prompt_rows(t)
+    P, N = t.n_prompts, int(lengths.max())
+    pr = np.arange(P)
+    f = np.zeros((P, N + 1), np.int64)           # f[:, N] = 0: past every output's end
+    for pos in range(N - 1, -1, -1):
+        live = pos < lengths
+        r = starts[live] + pos
+        nxt = np.minimum(pos + t.accepted[r].astype(np.int64) + 1, N)       # (live, D)
+        f[live, pos] = 1 + f[pr[live][:, None], nxt].min(1)
+    # a position past a prompt's end holds f = 0 only if nothing wrote it: positions >= n stay 0
+    return TrajectoryResult(policy="oracle", label=t.label, tokens=lengths.astype(np.int64), passes=f[:, 0],
+                            workload=t.workload[starts].astype(np.int64),
+                            chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
+
+
+if __name__ == "__main__":
+    from bandit.logs import default_inputs, load_logs
+    args = sys.argv[1:]
+    files, said = (args, f"logs {' '.join(args)}") if args else default_inputs()
+    print(said)
+    print(describe(load_logs(files)))
