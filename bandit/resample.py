@@ -263,7 +263,7 @@ class _Packed:
 
     def __call__(self, live: np.ndarray, need: np.ndarray, source: _Words) -> np.ndarray:
         """The level's words as (D, n): row j holds every live resample's j-th word, so a run of L draws is L rows."""
-        D, n, L, rows = int(need.max()), live.size, self.run, self.rows
+        D, n, L = int(need.max()), live.size, self.run
         parts = [np.zeros((-(-D // L), n), np.uint64) for _ in self.tables]
         if _kernel is not None:
             self._kernel_sums(need, source, D, n, parts)

@@ -4,7 +4,7 @@ The model (probit, teacher-forced, one latent per (prompt, position, drafter)):
 
     L[p,t,d] = mu[w,d] + u[p] + u[p,d] + sqrt(shared) * z[p,t] + sqrt(1 - shared) * e[p,t,d]
     correct[p,t,d] = L[p,t,d] > 0          # drafter d would predict the target's token t
-    accepted[p,t,d] = min(run of correct from t, k, n - 1 - t)
+    accepted[p,t,d] = min(run of correct from t, k, n[p] - 1 - t)
 
 `mu` is the probit of a drafter's per-token acceptance on a workload, `u` per-prompt random
 effects (shared, and per drafter: blocks of a prompt are correlated, which is what makes
@@ -14,7 +14,8 @@ teacher-forced dense log holds: acceptance `a >= 1` at `t` implies at least `a -
 Per-token confidence is `sigmoid(conf_base[w] + s*2*L + sqrt(1-s^2)*eps)` with `s` the
 workload's signal strength: `s = 0` makes features independent of acceptance. With
 `ranking_flips` drafter `w mod D` leads workload `w` by `flip_margin` (probit), so the best
-drafter differs by workload; without it the ranking is the same everywhere.
+drafter differs by workload; without it the ranking is the same everywhere. Every prompt has
+`out_len` output tokens, or its own `out_lens[p]` (a campaign of a logged design: its lengths).
 
     python bandit/simulate.py --out runs/sim      # regenerate the shipped [SIM] campaign
 """
@@ -65,6 +66,8 @@ class SimConfig:
     empty_rate: tuple[float, ...] = (0.0, 0.0, 0.0, 0.4)  # (D,) P(no draft) where the first token would miss
     n_prompts: int = 24              # per workload
     out_len: int = 96                # target output tokens per prompt
+    out_lens: tuple[int, ...] | None = None  # (W * n_prompts,) per-prompt output lengths, workload-major,
+                                             # each in 1..out_len; None: every prompt has out_len
     k: int = 8                       # maximum draft length
     dense: bool = True               # a record at every position (else block starts of `behaviour` only)
     behaviour: int = 1               # drafter index whose trajectory marks `block` (the logged run)
@@ -86,11 +89,21 @@ class SimConfig:
             raise ValueError(f"SimConfig.shared: must lie in [0, 1], got {self.shared}")
         if self.k < 1 or self.out_len < 1 or self.n_prompts < 1:
             raise ValueError("SimConfig: k, out_len and n_prompts must be >= 1")
+        if self.out_lens is not None and (len(self.out_lens) != W * self.n_prompts
+                                          or not all(1 <= int(x) <= self.out_len for x in self.out_lens)):
+            raise ValueError(f"SimConfig.out_lens: expected {W * self.n_prompts} lengths (W * n_prompts) in "
+                             f"1..out_len={self.out_len}")
         if not 0 <= self.behaviour < D:
             raise ValueError(f"SimConfig.behaviour: drafter index out of range 0..{D - 1}")
         # BlockTable promises sorted names: keep the simulator's indices equal to the loader's
         if list(self.workloads) != sorted(self.workloads) or list(self.drafters) != sorted(self.drafters):
             raise ValueError("SimConfig: give workloads and drafters in sorted order (the loader sorts them)")
+
+    def lengths(self) -> np.ndarray:
+        """(W * n_prompts,) int64 output length of each prompt, workload-major."""
+        if self.out_lens is None:
+            return np.full(len(self.workloads) * self.n_prompts, self.out_len, np.int64)
+        return np.asarray(self.out_lens, np.int64)
 
     def mu(self) -> np.ndarray:
         """(W,D) probit of the per-token acceptance at an average prompt."""
@@ -134,8 +147,9 @@ def _generate(cfg: SimConfig) -> SimArrays:
     run = np.zeros((P, n + 1, D), np.int32)
     for t in range(n - 1, -1, -1):  # run length of correct predictions starting at t
         run[:, t] = (run[:, t + 1] + 1) * correct[:, t]
-    cap = np.minimum(k, n - 1 - np.arange(n))                                    # the output ends
-    accepted = np.minimum(run[:, :n], cap[None, :, None]).astype(np.int32)
+    n_p = cfg.lengths()                                                          # (P,) each output's end
+    cap = np.clip(np.minimum(k, n_p[:, None] - 1 - np.arange(n)[None, :]), 0, None)  # (P, n)
+    accepted = np.minimum(run[:, :n], cap[:, :, None]).astype(np.int32)
 
     # A lookup drafter sometimes has nothing to propose; only where its first token would miss,
     # so the teacher-forced chain property holds for the logged accepted lengths.
@@ -157,7 +171,7 @@ def _generate(cfg: SimConfig) -> SimArrays:
     b = cfg.behaviour
     for p in range(P):
         t, j = 0, 0
-        while t < n:
+        while t < n_p[p]:
             block[p, t] = j
             t += int(accepted[p, t, b]) + 1
             j += 1
@@ -169,7 +183,8 @@ def _generate(cfg: SimConfig) -> SimArrays:
 
 def _kept(cfg: SimConfig, arr: SimArrays) -> tuple[np.ndarray, np.ndarray]:
     """(prompt, pos) index arrays of the records the log holds (all, or block starts if sparse)."""
-    keep = np.ones(arr.block.shape, bool) if cfg.dense else arr.block >= 0
+    inside = np.arange(arr.block.shape[1])[None, :] < cfg.lengths()[:, None]
+    keep = inside if cfg.dense else (arr.block >= 0) & inside
     return np.nonzero(keep)
 
 
@@ -236,7 +251,8 @@ def manifest(cfg: SimConfig, run: str = "sim") -> dict:
         "timing": {"verify_ms": {"tokens": toks, "ms": [round(cfg.verify_ms * (0.85 + 0.15 * x / (k + 1)), 4) for x in toks]},
                    "verify_batch_ms": {"drafts": [1, 2, 3, 4], "ms": [round(cfg.verify_ms * (1 + 0.12 * i), 4) for i in range(4)]},
                    "drafter_ms": dict(zip(cfg.drafters, cfg.drafter_ms))},
-        "sim_config": dataclasses.asdict(cfg),
+        # out_lens only when set: the shipped runs/sim manifest predates the field and stays byte-identical
+        "sim_config": {k: v for k, v in dataclasses.asdict(cfg).items() if not (k == "out_lens" and v is None)},
     }
 
 
@@ -297,18 +313,57 @@ def true_mean_accepted(cfg: SimConfig, n_nodes: int = 96) -> np.ndarray:
 
     Given the prompt effect v ~ N(0, prompt_sd^2 + prompt_drafter_sd^2) positions are
     independent with P(correct) = Phi(mu + v), so E[accepted at t | v] = sum_{i<=cap(t)} Phi^i;
-    averaged over t (the cap includes the output's end) and over v by Gauss-Hermite quadrature.
+    averaged over t (the cap includes the output's end; records weighted as the log holds them,
+    per prompt length) and over v by Gauss-Hermite quadrature.
     """
-    x, wq = np.polynomial.hermite_e.hermegauss(n_nodes)
-    wq = wq / wq.sum()
-    sd = np.hypot(cfg.prompt_sd, cfg.prompt_drafter_sd)
-    q = ndtr(cfg.mu()[..., None] + sd * x)                                     # (W, D, nodes)
-    n, k = cfg.out_len, cfg.k
-    cap = np.minimum(k, n - 1 - np.arange(n))                                  # (n,)
+    q, wq = _accept_nodes(cfg, n_nodes)                                        # (W, D, nodes), (nodes,)
+    k = cfg.k
+    rem = _remaining_counts(cfg)                                               # (W, N + 1): records with n - t = m
+    cap = np.minimum(k, np.arange(rem.shape[1]) - 1).clip(0)                   # (N + 1,)
     powers = q[..., None] ** np.arange(1, k + 1)                               # (W, D, nodes, k)
     cum = np.concatenate([np.zeros(powers.shape[:-1] + (1,)), np.cumsum(powers, -1)], -1)
-    per_t = cum[..., cap].mean(-1)                                             # (W, D, nodes)
+    per_m = cum[..., cap]                                                      # (W, D, nodes, N + 1)
+    per_t = (per_m * rem[:, None, None, :]).sum(-1) / rem.sum(1)[:, None, None]
     return per_t @ wq
+
+
+def _accept_nodes(cfg: SimConfig, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """P(correct) at Gauss-Hermite nodes of the prompt effect: (W, D, nodes), and the weights (nodes,)."""
+    x, wq = np.polynomial.hermite_e.hermegauss(n_nodes)
+    sd = np.hypot(cfg.prompt_sd, cfg.prompt_drafter_sd)
+    return ndtr(cfg.mu()[..., None] + sd * x), wq / wq.sum()
+
+
+def _remaining_counts(cfg: SimConfig) -> np.ndarray:
+    """(W, N + 1) records per workload whose output has m = n - t tokens left (m = 1..N), N = out_len."""
+    W = len(cfg.workloads)
+    n_p = cfg.lengths().reshape(W, cfg.n_prompts)
+    hist = np.stack([np.bincount(row, minlength=cfg.out_len + 1) for row in n_p])    # prompts of length m
+    return np.cumsum(hist[:, ::-1], 1)[:, ::-1] * (np.arange(cfg.out_len + 1) >= 1)  # prompts of length >= m
+
+
+def true_tokens_per_pass(cfg: SimConfig, n_nodes: int = 96) -> np.ndarray:
+    """(W,D) planted tokens per target pass along each drafter's own trajectory (every block on drafter d).
+
+    Given the prompt effect v the positions are independent with P(correct) = Phi(mu + v), and a
+    block starting with m tokens left accepts j < cap with probability q^j (1 - q), cap = min(k, m - 1)
+    with q^cap, then the next block starts with m - j - 1 left; so the expected passes g(m) of an
+    output with m tokens left obey g(0) = 0, g(m) = 1 + sum_j P(a = j) g(m - j - 1) (exact). Per
+    workload: sum of its prompts' tokens / sum of their expected passes, averaged over v by
+    Gauss-Hermite quadrature (the ratio of expectations a campaign's tokens / passes estimates).
+    """
+    q, wq = _accept_nodes(cfg, n_nodes)
+    k, N, W = cfg.k, cfg.out_len, len(cfg.workloads)
+    g = np.zeros(q.shape + (N + 1,))
+    qj = q[..., None] ** np.arange(k + 1)                                      # (W, D, nodes, k + 1): q^j
+    for m in range(1, N + 1):
+        cap = min(k, m - 1)
+        pj = qj[..., :cap + 1].copy()
+        pj[..., :cap] *= 1 - q[..., None]                                      # P(a = j), j = 0..cap
+        g[..., m] = 1 + (pj * g[..., m - 1 - np.arange(cap + 1)]).sum(-1)
+    n_p = cfg.lengths().reshape(W, cfg.n_prompts)
+    passes = np.stack([g[w][..., n_p[w]].sum(-1) for w in range(W)]) @ wq      # (W, D) expected passes
+    return n_p.sum(1)[:, None] / passes
 
 
 def cli(out: Path = Path("runs/sim"), seed: int = 0, n_prompts: int = 24, out_len: int = 96,

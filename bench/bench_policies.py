@@ -4,6 +4,11 @@
    through core.run_policy, plus the hindsight baselines; target: all together <= 30 s.
 2. The replay loop's own share: `Random` (a policy that does almost nothing) replayed again,
    as a fraction of the total, so the loop's per-block cost is visible next to the learners'.
+3. The bootstraps of `core.evaluate` (every statistic of every row on one set of resamples),
+   timed apart from the replays.
+
+Each policy's tokens per target pass is printed beside its time ([SIM], point values: a
+speed benchmark, not a result; the sparse campaign's tokens are accepted + 1).
 
     python bench/bench_policies.py [--prompts 1000] [--out-len 100]
 """
@@ -48,7 +53,7 @@ def main() -> None:
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         total, cpu_total = total + dt, cpu_total + dc
         print(f"{pol.name:20s}{dt:8.2f} s wall {dc:8.2f} s cpu {1e6 * dc / n:6.1f} us/block (cpu)  "
-              f"mean accepted {tr.reward.mean():.3f} [SIM]")
+              f"tokens/pass {core.trace_tokens(t, tr).mean():.3f} [SIM]")
     for what, x in (("wall", total), ("cpu", cpu_total)):
         print(f"all policies, {n} blocks: {x:.1f} s {what} (target <= {TARGET_S:.0f} s: "
               f"{'met' if x <= TARGET_S else 'MISSED'}, {x / TARGET_S:.2f} of budget)")
@@ -57,6 +62,11 @@ def main() -> None:
     loop = time.perf_counter() - t0
     print(f"replay loop alone (random policy): {loop:.2f} s = {loop / total:.2f} of the total; "
           f"{1e6 * loop / n:.1f} us/block")
+    t0 = time.perf_counter()
+    rep = core.evaluate(t, "block", [Random(0)], seeds=(0,), n_resamples=1000)
+    ev = time.perf_counter() - t0
+    print(f"core.evaluate with one policy (3 hindsight rows + 1, 1000 resamples each): {ev:.2f} s, "
+          f"of which the replay of random {loop:.2f} s; {len(rep.results)} rows")
 
 if __name__ == "__main__":
     main()

@@ -21,7 +21,7 @@ import bandit.logs as logs
 from bandit import fastload
 from bandit.logs import LogError, load_logs
 from bandit.simulate import SimConfig, simulate, write_sim_run
-from test_logs import BAD_FIELDS, GOOD, _draft, _records, _write
+from test_logs import BAD_FIELDS, GOOD, _records, _write
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -235,7 +235,6 @@ def test_spec_select_batch_respects_the_slowdown_limit_and_reduces_to_single():
     one = ctx(D=2, draft_len=[3, k])
     assert pol.choose_batch([one]) == [pol.choose(one)]
     for trial in range(20):
-        p = rng.uniform(0.1, 0.99, (2, k))
         ctxs = [ctx(prompt=j, D=2, draft_len=[int(rng.integers(0, k + 1)), k]) for j in range(3)]
         for j in range(3):
             set_rates(pol, j, rng.uniform(0.1, 0.99, (2, k)), 100.0)

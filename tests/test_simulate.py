@@ -1,12 +1,13 @@
 """The simulator against its planted parameters: acceptance, teacher forcing, signal, flips, correlation."""
 import gzip
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from bandit.logs import _check_record, load_logs
-from bandit.simulate import SimConfig, simulate, simulate_table, true_mean_accepted, write_sim_run
+from bandit.simulate import SimConfig, simulate, simulate_table, true_mean_accepted, true_tokens_per_pass, write_sim_run
 
 
 def _by_prompt(t, cfg):
@@ -124,3 +125,57 @@ def test_config_errors_name_the_field(bad):
 def test_gzip_is_byte_stable(tmp_path):
     p = write_sim_run(SimConfig(n_prompts=1, out_len=5), tmp_path / "x")
     assert gzip.decompress(p.read_bytes()).count(b"\n") == 4 * 5
+
+
+def test_per_prompt_output_lengths():
+    lens = (1, 7, 30, 12, 30, 2, 19, 25)                       # 4 workloads x 2 prompts, workload-major
+    cfg = SimConfig(n_prompts=2, out_len=30, out_lens=lens, seed=5)
+    t = simulate_table(cfg)
+    assert t.dense and np.array_equal(np.bincount(t.prompt), lens)
+    n = np.asarray(lens)[t.prompt]
+    assert np.all(t.accepted <= (n - 1 - t.pos)[:, None]) and np.all(t.accepted[t.pos == n - 1] == 0)
+    sparse = simulate_table(replace(cfg, dense=False))
+    for p in range(len(lens)):                                 # the behaviour trajectory ends at each output's end
+        rows = np.flatnonzero(sparse.prompt == p)
+        assert sparse.pos[rows[-1]] + sparse.accepted[rows[-1], cfg.behaviour] + 1 == lens[p]
+    same = simulate_table(replace(cfg, out_lens=None, out_len=30))  # out_lens None: every prompt out_len long
+    assert np.array_equal(np.bincount(same.prompt), [30] * 8)
+    with pytest.raises(ValueError, match="out_lens"):
+        SimConfig(n_prompts=2, out_len=30, out_lens=(5,) * 7)
+    with pytest.raises(ValueError, match="out_lens"):
+        SimConfig(n_prompts=2, out_len=30, out_lens=(31,) * 8)
+
+
+def test_true_tokens_per_pass_closed_form_and_against_simulation():
+    # no prompt effects, long outputs: one pass makes 1 + E[a] = 1 + sum_{i=1..k} p^i tokens
+    p = np.array([0.5, 0.6, 0.7, 0.8])
+    cfg = SimConfig(prompt_sd=0.0, prompt_drafter_sd=0.0, out_len=3000, n_prompts=1, k=4,
+                    token_accept=(tuple(p),) * 4)
+    np.testing.assert_allclose(true_tokens_per_pass(cfg)[0], 1 + sum(p ** i for i in range(1, 5)), rtol=2e-3)
+    # a 2-token output with k = 4: a pass makes 2 tokens with probability p, else 1 (then 1 more)
+    cfg2 = replace(cfg, out_len=2)
+    np.testing.assert_allclose(true_tokens_per_pass(cfg2)[0], 2 / (1 + (1 - p)), rtol=1e-12)
+    # variable lengths and prompt effects: the campaign's tokens / passes of each fixed drafter (trajectory.py)
+    from bandit import trajectory
+    rng = np.random.default_rng(0)
+    cfg = SimConfig(n_prompts=300, out_len=60, out_lens=tuple(rng.integers(1, 61, 1200).tolist()), seed=5)
+    t = simulate_table(cfg)
+    passes = trajectory.fixed_passes(t)
+    wl = t.workload[trajectory.prompt_rows(t)[0]]
+    n = trajectory.output_lengths(t)
+    truth = true_tokens_per_pass(cfg)
+    for w in range(4):
+        for d in range(4):
+            x, y = n[wl == w], passes[wl == w, d]
+            r = x.sum() / y.sum()
+            se = np.sqrt(((x - r * y) ** 2).sum()) / y.sum()     # ratio estimator over iid prompts (delta method)
+            assert abs(r - truth[w, d]) < 4 * se, (w, d, r, truth[w, d], se)
+    # the per-position mean of the same campaign, records weighted per prompt length
+    truth = true_mean_accepted(cfg)
+    sums = np.zeros((t.n_prompts, 4))
+    np.add.at(sums, t.prompt, t.accepted)
+    for w in range(4):
+        x, y = sums[wl == w], n[wl == w][:, None]
+        r = x.sum(0) / y.sum()
+        se = np.sqrt(((x - r * y) ** 2).sum(0)) / y.sum()
+        assert np.all(np.abs(r - truth[w]) < 4 * se), (w, r, truth[w], se)

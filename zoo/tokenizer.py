@@ -15,7 +15,6 @@ VOCAB_SIZE = 4096
 
 def build_tokenizer(items, out_dir: Path, vocab_size: int = VOCAB_SIZE):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
