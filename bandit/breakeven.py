@@ -26,8 +26,8 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-REF_RHO = 0.10                      # the selector's default threshold criterion is speedup at this rho...
-REF_ALPHA = 0.0                     # ...with union verification
+REF_RHO = 0.10                      # the what-if drafter cost (no timing in the manifest)...
+REF_ALPHA = 0.0                     # ...with union verification free
 TABLE_RHOS = (0.02, 0.05, 0.10, 0.15, 0.20)
 PLOT_ALPHAS = (0.0, 0.25)
 
@@ -110,6 +110,7 @@ class Costs:
     union: np.ndarray        # (D + 1,) extra target cost of verifying n drafts together, index n; union[0] = union[1] = 0
     source: str              # measured | what-if
     hardware: str = ""
+    why: str = ""            # what-if: why the manifest's timing was not used
 
     def alpha(self, n_alternatives: int) -> float:
         return float(self.union[min(1 + int(n_alternatives), self.union.size - 1)])
@@ -123,7 +124,7 @@ class Costs:
         rho = ", ".join(f"{d} {r:.3f}" for d, r in zip(self.drafters, self.rho))
         al = ", ".join(f"{n}: {self.union[n]:.3f}" for n in range(2, self.union.size))
         how = (f"the manifest's timing ({self.hardware})" if self.source == "measured" else
-               f"what-if (no timing in the logs): rho {WHATIF_RHO} for every drafter, union verification "
+               f"what-if ({self.why or 'no timing in the logs'}): rho {WHATIF_RHO} for every drafter, union verification "
                f"{WHATIF_ALPHA_PER_DRAFT} per extra draft")
         return f"costs from {how}; rho: {rho}; union-verify alpha by drafts verified: {al}"
 
@@ -134,7 +135,9 @@ def costs_for(drafters: Sequence[str], manifest: dict | None) -> Costs:
     m = rho_alpha_from_manifest(manifest) if manifest and manifest.get("timing") else None
     if m is None or any(d not in m[0] for d in drafters):
         union = np.r_[0.0, 0.0, WHATIF_ALPHA_PER_DRAFT * np.arange(1, D)]
-        return Costs(tuple(drafters), np.full(D, WHATIF_RHO), union, "what-if")
+        why = "no timing in the logs" if m is None else \
+            f"the timing lacks drafter_ms for {', '.join(d for d in drafters if d not in m[0])}"
+        return Costs(tuple(drafters), np.full(D, WHATIF_RHO), union, "what-if", why=why)
     rho, _ = m
     vb = manifest["timing"]["verify_batch_ms"]
     nb, mb = np.asarray(vb["drafts"], float), np.asarray(vb["ms"], float)
@@ -220,38 +223,55 @@ class BreakevenReport:
         return Band(float(f(b.value)), float(f(b.lo)), float(f(b.hi)), "MODEL")
 
 
-def _gain_band(num: np.ndarray, den: np.ndarray, strata: np.ndarray, n: int, seed: int, label: str) -> Band:
-    from bandit.ci import bootstrap_ratio
-    iv = bootstrap_ratio(num + den, den, strata, n, seed)
-    return Band(iv.value - 1, iv.lo - 1, iv.hi - 1, label)
-
-
 def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int = 0) -> BreakevenReport:
+    """Best-of-N and single-alternative gains with the primary and its block set re-chosen in every resample
+    (per-prompt totals for every candidate primary, as bandit/ci.py does), and the LOWO selector's entries."""
     from bandit import ci, trajectory
     costs = costs_for(t.drafters, t.manifests[0] if t.manifests else None)
-    b = trajectory.block_set(t)
-    p = trajectory.primary(t)
-    tau = trajectory.block_tokens(t, b).astype(float)
-    strata = np.zeros(t.n_prompts, np.int64)
+    D, P = len(t.drafters), t.n_prompts
+    strata = np.zeros(P, np.int64)
     strata[t.prompt] = t.workload
-    base = np.bincount(b.prompt, tau[:, p], minlength=t.n_prompts)
-    up_all = np.bincount(b.prompt, tau.max(1) - tau[:, p], minlength=t.n_prompts)
-    bon = _gain_band(up_all, base, strata, n_resamples, seed, t.label)
-    single = {}
-    for j, d in enumerate(t.drafters):
-        if j != p:
-            up = np.bincount(b.prompt, np.maximum(tau[:, j], tau[:, p]) - tau[:, p], minlength=t.n_prompts)
-            single[d] = _gain_band(up, base, strata, n_resamples, seed, t.label)
+    # per prompt and candidate primary q: [tokens of q alone, gain of best-of-N, gain of re-drafting with each d]
+    per_q = np.zeros((P, D, D + 2))
+    starts = trajectory.fixed_starts(t) if t.dense else None
+    for q in range(D):
+        rows = starts[:, q] if t.dense else t.is_block_start
+        b = t.take(rows)
+        tau = trajectory.block_tokens(t, b).astype(float)
+        cols = np.c_[tau[:, q], tau.max(1) - tau[:, q], np.maximum(tau, tau[:, [q]]) - tau[:, [q]]]
+        np.add.at(per_q[:, q], b.prompt, cols)
+    # how the primary is chosen: fewest passes along its own trajectory (dense), highest accepted (sparse)
+    key = (-trajectory.fixed_passes(t, starts).astype(float) if t.dense else
+           np.stack([np.bincount(t.prompt[t.is_block_start], t.accepted[t.is_block_start, d], minlength=P)
+                     for d in range(D)], 1).astype(float))
+    totals = np.c_[per_q.reshape(P, -1), key]
+
+    def stat(T: np.ndarray) -> np.ndarray:
+        n = len(T)
+        p = np.argmax(T[:, D * (D + 2):], 1)
+        q = T[:, :D * (D + 2)].reshape(n, D, D + 2)[np.arange(n), p]          # (n, D + 2) on p's block set
+        return q[:, 1:] / q[:, :1]                                             # (n, D + 1) gains
+
+    value, boot, _ = ci.boot_totals(totals, stat, strata, n_resamples, seed, jackknife=False)
+    p = trajectory.primary(t)
+
+    def band(i: int) -> Band:
+        iv = ci.interval(value[i], boot[:, i], None, "percentile", "prompt", seed)
+        return Band(iv.value, iv.lo, iv.hi, t.label)
+
+    bon = band(0)
+    single = {d: band(1 + j) for j, d in enumerate(t.drafters) if j != p}
     sel = {}
-    if len(t.workloads) >= 2:
+    if len(t.workloads) >= 2 and D >= 2:
         ents = {e.name: e for e in ci.selector_entries(t, "prompt", n_refit, seed, "percentile")}
-        for key in ("selector_token_gain", "selector_redraft_rate", "selector_speedup"):
-            e = ents[key]
-            sel[key] = Band(e.ci.value, e.ci.lo, e.ci.hi, e.label)
+        for k in ("selector_token_gain", "selector_redraft_rate", "selector_speedup"):
+            e = ents[k]
+            sel[k] = Band(e.ci.value, e.ci.lo, e.ci.hi, e.label)
     how = (f"95% percentile bootstrap over prompt clusters within workloads, seed {seed}: {n_resamples} resamples "
-           f"(token gains), {n_refit} (selector, refitted in each)")
+           f"(token gains; the primary and its block set re-chosen in each), {n_refit} (selector, refitted in each)")
+    nb = int(starts[:, p].sum()) if t.dense else int(t.is_block_start.sum())
     return BreakevenReport(label=t.label, block_set=("the primary's own trajectory starts" if t.dense else
-                                                    "the logged block starts") + f", {b.n_records} blocks",
+                                                    "the logged block starts") + f", {nb} blocks",
                            primary=t.drafters[p], drafters=t.drafters, costs=costs, bon_gain=bon, single_gain=single,
                            selector=sel, ci_how=how, sources=t.sources)
 
@@ -295,11 +315,10 @@ def render(r: BreakevenReport) -> str:
         lines.append(f"best-of-N break-even rho at alpha 0: {roots[0]:.4f} [{roots[1]:.4f}, {roots[2]:.4f}] [MODEL] "
                      "(it wins while every drafter costs less than this fraction of a verify pass)")
     if c.source != "measured":
-        lines.append("no timing in the manifest: the costs above are the what-if of docs/DESIGN.md; no wall-clock "
-                     "speedup is claimed.")
+        lines.append(f"{c.why}: the costs above are the what-if of docs/DESIGN.md; no wall-clock speedup is claimed.")
     else:
-        lines.append("these speedups are the cost model applied to measured token gains and measured costs [MODEL]; "
-                     "they are not wall-clock measurements.")
+        lines.append(f"these speedups are the cost model applied to the logs' token gains [{tag}] and the manifest's "
+                     "costs [MODEL]; they are not wall-clock measurements.")
     return "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,7 @@ Two engines:
 - refit statistics (the selector) run once per resample on the same resamples (the same
   stream), with each cluster's draw count as its rows' sample weight (a weight-c row is that
   row drawn c times). They use `n_refit` resamples (default 200, recorded as the entry's
-  `n_resamples`): each one fits W + W(W-1) logistic models.
+  `n_resamples`): each one fits W + W(W-1)/2 logistic models, all resamples at once (bandit/logistic.py).
 
 Methods: percentile (default) and BCa (bias from the bootstrap, acceleration from a jackknife
 over clusters; refit statistics use a delete-a-group jackknife over JACK_GROUPS groups of
@@ -359,20 +359,17 @@ def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: 
     point, with every fit, primary, alternatives set and threshold remade in every resample (bandit/selector.py)."""
     from bandit import selector
     W, P = len(t.workloads), t.n_prompts
-    fixed = rows = None
+    point = selector.nested(t, np.ones((1, P)))
+    fixed = row_w = None
     if unit == "prompt":
         units, strata = _units(t, "prompt")
-        counts = resample_counts(strata, n_refit, seed).astype(float)
-        wp, row_w = counts, None
-    else:   # single blocks of the full data's primary's block set; the primary is then fixed
-        fixed = trajectory.primary(t)
-        rows = trajectory.block_mask(t) if not t.dense else trajectory.fixed_starts(t)[:, fixed]
-        bw = t.workload[rows].astype(np.int64)
-        counts = resample_counts(bw, n_refit, seed).astype(float)
-        wp, row_w = np.ones((n_refit, P)), counts
-    point = selector.nested(t, np.ones((1, P)), fixed_primary=fixed,
-                            row_weights=None if fixed is None else np.ones((1, int(rows.sum()))))
-    boot = selector.nested(t, wp, fixed_primary=fixed, row_weights=row_w)
+        wp = resample_counts(strata, n_refit, seed).astype(float)
+    else:   # single blocks of each fold's block set (its primary chosen on its training workloads, then fixed)
+        fixed = selector.primaries(t)
+        cands = selector.candidates(t, sorted(set(fixed)))
+        row_w = {q: resample_counts(cands[q].workload, n_refit, seed).astype(float) for q in set(fixed)}
+        wp = np.ones((n_refit, P))
+    boot = selector.nested(t, wp, fold_primaries=fixed, row_weights=row_w)
     jack = None
     if method == "bca":
         if unit == "prompt":
@@ -380,11 +377,12 @@ def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: 
             group = np.arange(P) % G
             jack = selector.nested(t, (group[None, :] != np.arange(G)[:, None]).astype(float))
         else:
-            n = int(rows.sum())
-            G = min(n, JACK_GROUPS)
-            group = np.arange(n) % G
-            jack = selector.nested(t, np.ones((G, P)), fixed_primary=fixed,
-                                   row_weights=(group[None, :] != np.arange(G)[:, None]).astype(float))
+            jw = {}
+            for q in set(fixed):
+                n = cands[q].rows.size
+                G = min(n, JACK_GROUPS)
+                jw[q] = ((np.arange(n) % G)[None, :] != np.arange(JACK_GROUPS)[:, None]).astype(float)
+            jack = selector.nested(t, np.ones((JACK_GROUPS, P)), fold_primaries=fixed, row_weights=jw)
     n_w = [int(point.sums["logistic"][g].w[0]) for g in range(W)]
     c_w = np.bincount(t.workload[trajectory.prompt_rows(t)[0]], minlength=W)
     out: list[Entry] = []
@@ -444,15 +442,18 @@ def coverage_warnings(entries: Sequence[Entry], path: Path = Path("runs/coverage
                 bad.append((name, r["unit"], float(r["coverage"]), float(cc[0]), float(cc[1]), r.get("study")))
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return []
-    out = []
+    found: dict[tuple, list[str]] = {}   # the quoted study row -> the entries it applies to
     for e in entries:
         hits = [b for b in bad if b[1] == e.ci.unit and b[0] == e.name] or \
                [b for b in bad if b[1] == e.ci.unit and b[0].split("[", 1)[0] == e.name.split("[", 1)[0]]
         if hits:
-            name, unit, cov, lo, hi, study = min(hits, key=lambda b: b[4])
-            how = "; ".join(([f"study {study}"] if study else []) + ([f"row {name}"] if name != e.name else []))
-            out.append(f"warning: unit {unit} under-covers for {e.name} in {path}: {100 * cov:.0f}% "
-                       f"[{100 * lo:.0f}, {100 * hi:.0f}]" + (f" ({how})" if how else ""))
+            found.setdefault(min(hits, key=lambda b: b[4]), []).append(e.name)
+    out = []
+    for (name, unit, cov, lo, hi, study), names in found.items():
+        more = f" (and {len(names) - 1} more of its family, by that row)" if len(names) > 1 else ""
+        row = f"; row {name}" if name != names[0] else ""
+        out.append(f"warning: unit {unit} under-covers for {names[0]}{more} in {path}: {100 * cov:.0f}% "
+                   f"[{100 * lo:.0f}, {100 * hi:.0f}]" + (f" (study {study}{row})" if study else ""))
     return out
 
 

@@ -84,9 +84,9 @@ class ReplaySummary:
         out = {
             "label": self.label,
             "block_set": self.block_set,
-            "table": {w: {d: float(self.table[i, j]) for j, d in enumerate(self.drafters)}
+            "table": {w: {d: _num(self.table[i, j]) for j, d in enumerate(self.drafters)}
                       for i, w in enumerate(self.workloads)},
-            "pooled": {d: float(self.pooled[j]) for j, d in enumerate(self.drafters)},
+            "pooled": {d: _num(self.pooled[j]) for j, d in enumerate(self.drafters)},
             "best_fixed": self.best_fixed_name,
             "primary": self.best_fixed_name,
             "workload_oracle": self.workload_oracle,
@@ -99,7 +99,7 @@ class ReplaySummary:
         }
         if self.trajectory is not None:
             out["trajectory"] = dict(self.trajectory)
-            out["tokens_per_pass"] = {w: {d: float(self.trajectory_table[i, j]) for j, d in enumerate(self.drafters)}
+            out["tokens_per_pass"] = {w: {d: _num(self.trajectory_table[i, j]) for j, d in enumerate(self.drafters)}
                                       for i, w in enumerate(self.workloads)}
         if self.per_position is not None:
             out["per_position"] = dict(self.per_position)
@@ -119,8 +119,9 @@ class ReplaySummary:
                          + (f"{'blocks':>8s}" if extra is not None else ""))
             for i, w in enumerate(self.workloads):
                 row = tab[i]
+                star = int(np.nanargmax(row)) if np.isfinite(row).any() else -1   # a workload with no blocks: none
                 lines.append(w.ljust(width) + "".join(
-                    f"{x:>9.3f}{'*' if j == np.nanargmax(row) else ' '}" for j, x in enumerate(row))
+                    f"{x:>9.3f}{'*' if j == star else ' '}" for j, x in enumerate(row))
                     + (f"{int(extra[i]):>8d}" if extra is not None else ""))
             if pooled is not None:
                 lines.append("pooled".ljust(width) + "".join(f"{x:>9.3f} " for x in pooled))
@@ -160,6 +161,11 @@ class ReplaySummary:
     def _ci(self, name: str) -> str:
         c = (self.ci or {}).get(name)
         return "" if c is None else f" (95% CI [{100 * c.lo:+.1f}%, {100 * c.hi:+.1f}%])"
+
+
+def _num(x: float) -> float | None:
+    """A JSON number, or null for NaN / inf (a workload with no blocks has no mean)."""
+    return float(x) if np.isfinite(x) else None
 
 
 def _accepted_stats(b: BlockTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float, float]:
@@ -414,11 +420,16 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         drafters: Annotated[str, typer.Option(help="comma-separated subset of drafters")] = "",
         resamples: Annotated[int, typer.Option(help="bootstrap resamples for the 95% CIs (0: none)")] = 2000,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
-    """Counterfactual replay: mean accepted table, best fixed drafter, workload and per-block oracles, trajectories.
+    """Counterfactual replay on the block set: mean accepted table, primary, workload and per-block oracles,
+    trajectories in tokens per target pass.
 
-    PATHS default to the newest measured campaign under runs/ (else the shipped simulated one).
-    --json prints one JSON object (keys: label, table, pooled, best_fixed, workload_headroom,
-    per_block_gap, n_blocks, trajectory on dense logs, ci); --drafters a,b restricts the drafters.
+    Block set: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts (the primary:
+    most output tokens per target pass along its own trajectory; `block` marks are ignored). Length-biased means
+    over every position of a dense log appear only under `per_position` names.
+    PATHS default to the newest measured campaign under runs/ (else the shipped simulated one; its tables are then
+    also written to runs/replay.txt). --json prints one JSON object (keys: label, block_set, table, pooled, primary,
+    workload_headroom, per_block_gap, n_blocks, trajectory and tokens_per_pass and per_position on dense logs, ci);
+    --drafters a,b restricts the drafters.
     """
     from bandit.logs import LogError
     try:

@@ -44,6 +44,7 @@ from bandit.logs import FEATURES, BlockTable
 SCORES = ("logistic", "conf_min", "ent_mean", "draft_empty")
 MAX_SUBSET = 2      # alternatives sets searched: every single drafter, every pair, and all of them
 C_REG = 1.0         # inverse L2 strength of the logistic score (scikit-learn's C)
+EMPTY_ENT = 1e9     # ent_mean score of an empty draft: above any entropy (finite, so a threshold can sit on it)
 
 
 # ---------------------------------------------------------------- the data of one candidate primary
@@ -60,13 +61,14 @@ class Candidate:
     prompt: np.ndarray     # (B,) int
 
 
-def candidates(t: BlockTable, only: int | None = None) -> list[Candidate | None]:
-    """One Candidate per drafter (dense logs: its own trajectory starts; sparse: the logged block starts)."""
+def candidates(t: BlockTable, only: Sequence[int] | None = None) -> list[Candidate | None]:
+    """One Candidate per drafter (dense logs: its own trajectory starts; sparse: the logged block starts);
+    with `only`, None for the drafters not in it."""
     starts = trajectory.fixed_starts(t) if t.dense else None
     base = None if t.dense else np.flatnonzero(t.is_block_start)
     out: list[Candidate | None] = []
     for q in range(len(t.drafters)):
-        if only is not None and q != only:
+        if only is not None and q not in only:
             out.append(None)
             continue
         rows = np.flatnonzero(starts[:, q]) if t.dense else base
@@ -74,6 +76,14 @@ def candidates(t: BlockTable, only: int | None = None) -> list[Candidate | None]
         out.append(Candidate(q, rows, b.features[:, q, :], b.draft_len[:, q] == 0, trajectory.block_tokens(t, b),
                              b.workload.astype(np.int64), b.prompt.astype(np.int64)))
     return out
+
+
+def primaries(t: BlockTable) -> list[int]:
+    """(W,) each fold's primary on the data as they are (chosen on the other workloads)."""
+    W = len(t.workloads)
+    cands = candidates(t, [] if t.dense else [0])   # a dense log's primary needs trajectories only
+    wp = np.ones((1, t.n_prompts))
+    return [int(fold_primary(t, cands, wp, np.arange(W) != g, None)[0]) for g in range(W)]
 
 
 def fold_primary(t: BlockTable, cands: list[Candidate | None], wp: np.ndarray, train: np.ndarray,
@@ -87,7 +97,7 @@ def fold_primary(t: BlockTable, cands: list[Candidate | None], wp: np.ndarray, t
     if t.dense:
         passes = trajectory.fixed_passes(t).astype(float)          # (P, D)
         return trajectory.primary_index((wp * trp) @ passes)
-    c = cands[0]
+    c = next(x for x in cands if x is not None)     # a sparse log: every candidate shares the logged block starts
     keep = train[c.workload]
     w = wp[:, c.prompt] * keep
     a = t.accepted[c.rows].astype(float)
@@ -100,7 +110,8 @@ def _raw_score(c: Candidate, score: str) -> np.ndarray | None:
     if score == "conf_min":
         return -c.X[:, FEATURES.index("conf_min")]
     if score == "ent_mean":
-        return c.X[:, FEATURES.index("ent_mean")]
+        # an empty draft has no entropy to show (its features are zeros): it ranks first, as the least sure
+        return np.where(c.empty, EMPTY_ENT, c.X[:, FEATURES.index("ent_mean")])
     if score == "draft_empty":
         return c.empty.astype(float)
     if score == "logistic":
@@ -229,14 +240,25 @@ class NestedResult:
     costs: Costs
 
     def outcome(self, score: str, fold: int | None = None) -> dict[str, np.ndarray]:
-        """capture, redraft_rate, skill, token_gain, speedup [MODEL], each (m,), for one fold or pooled."""
-        fs = self.sums[score] if fold is None else [self.sums[score][fold]]
-        tot = {k: np.sum([getattr(f, k) for f in fs], 0) for k in ("w", "r", "gain", "room", "base")}
+        """capture, redraft_rate, skill, token_gain, speedup [MODEL], each (m,), for one fold or pooled.
+
+        Pooled, capture and skill count only the folds whose rule re-drafts with some alternatives (a fold that
+        never re-drafts has no gap of its own to capture); the redraft rate and token gain count every block.
+        Skill is NaN unless 0 < R < 1 among those folds' blocks (never and always are degenerate)."""
+        folds = range(len(self.workloads)) if fold is None else [fold]
+        fs = [self.sums[score][f] for f in folds]
+        act = [np.array([bool(r.alts) for r in self.rules[score][f]]) for f in folds]   # (m,) per fold
+        tot = {k: np.sum([getattr(f, k) for f in fs], 0) for k in ("w", "r", "gain", "base")}
+        room = np.sum([f.room * a for f, a in zip(fs, act)], 0)
+        gain_a = np.sum([f.gain * a for f, a in zip(fs, act)], 0)
+        w_a = np.sum([f.w * a for f, a in zip(fs, act)], 0)
+        r_a = np.sum([f.r * a for f, a in zip(fs, act)], 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             R = tot["r"] / tot["w"]
-            C = np.where(tot["room"] > 0, tot["gain"] / tot["room"], np.nan)
+            C = np.where(room > 0, gain_a / room, np.nan)
+            Ra = r_a / w_a
+            skill = np.where((Ra > 0) & (Ra < 1), C / Ra, np.nan)
             g = tot["gain"] / tot["base"]
-            skill = np.where(R > 0, C / R, np.nan)
         return {"capture": C, "redraft_rate": R, "skill": skill, "token_gain": g, "speedup": self._speedup(score, fold)}
 
     def _speedup(self, score: str, fold: int | None) -> np.ndarray:
@@ -254,12 +276,13 @@ class NestedResult:
 
 
 def nested(t: BlockTable, wp: np.ndarray, costs: Costs | None = None, scores: Sequence[str] = SCORES,
-           fixed_primary: int | None = None, row_weights: np.ndarray | None = None) -> NestedResult:
+           fold_primaries: Sequence[int] | None = None, row_weights: dict[int, np.ndarray] | None = None
+           ) -> NestedResult:
     """Leave-one-workload-out evaluation of every score under m weightings at once.
 
-    wp (m, P) prompt weights (bootstrap draw counts; ones for the data as they are). With
-    `fixed_primary`, every fold uses that primary and `row_weights` (m, B) weights its block set's
-    rows directly (the block resampling unit).
+    wp (m, P) prompt weights (bootstrap draw counts; ones for the data as they are). The block resampling
+    unit passes `fold_primaries` (W,), each fold's primary as chosen on its training workloads in the full
+    data (`primaries`), and `row_weights` {q: (m, B_q)} weighting each such block set's rows directly.
     """
     W, D = len(t.workloads), len(t.drafters)
     if W < 2:
@@ -267,13 +290,14 @@ def nested(t: BlockTable, wp: np.ndarray, costs: Costs | None = None, scores: Se
     if D < 2:
         raise ValueError("the selector needs at least two drafters")
     costs = costs or costs_for(t.drafters, t.manifests[0] if t.manifests else None)
-    cands = candidates(t, fixed_primary)
+    cands = candidates(t, None if fold_primaries is None else sorted(set(fold_primaries)))
     m = wp.shape[0]
-    prim = {g: fold_primary(t, cands, wp, np.arange(W) != g, fixed_primary) for g in range(W)}
+    prim = {g: fold_primary(t, cands, wp, np.arange(W) != g, None if fold_primaries is None else fold_primaries[g])
+            for g in range(W)}
     weights = {}
     for q in set(np.concatenate(list(prim.values())).tolist()):
         c = cands[q]
-        weights[q] = row_weights if row_weights is not None else wp[:, c.prompt]
+        weights[q] = row_weights[q] if row_weights is not None else np.take(wp, c.prompt, axis=1)
     fits = {q: _Fits(cands[q], weights[q]) for q in weights} if "logistic" in scores else {}
     areas = {s: np.full((m, W + 1), np.nan) for s in scores}
     sums = {s: [] for s in scores}

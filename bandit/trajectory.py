@@ -189,21 +189,27 @@ def greedy_oracle_trajectory(t: BlockTable) -> TrajectoryResult:
 
 
 def trajectory_oracle(t: BlockTable) -> TrajectoryResult:
-    """Fewest target passes per prompt when any drafter may run at any block start.
+    """Fewest target passes per prompt when any drafter may run at any block start, its draft verified
+    whole or cut to any shorter length (a cut draft of L tokens accepts min(a, L)).
 
-    Dynamic programming backwards over positions, all prompts at once:
-    f(pos) = 0 for pos >= n, else 1 + min_d f(pos + a_d(pos) + 1).
+    A block starting at pos can therefore end anywhere from pos + 1 to pos + max_d a_d(pos) + 1, so the
+    shortest path bounds every policy, cutting or not. Dynamic programming backwards over positions, all
+    prompts at once: f(pos) = 0 for pos >= n, else 1 + min over j in (pos, pos + max_d a_d(pos) + 1] of f(j).
     """
     require_dense(t)
     starts, lengths = prompt_rows(t)
     P, N = t.n_prompts, int(lengths.max())
     pr = np.arange(P)
+    reach = int(t.accepted.max(initial=0)) + 1
     f = np.zeros((P, N + 1), np.int64)           # f[:, N] = 0: past every output's end
     for pos in range(N - 1, -1, -1):
-        live = pos < lengths
-        r = starts[live] + pos
-        nxt = np.minimum(pos + t.accepted[r].astype(np.int64) + 1, N)       # (live, D)
-        f[live, pos] = 1 + f[pr[live][:, None], nxt].min(1)
+        live = pr[pos < lengths]
+        far = t.accepted[starts[live] + pos].max(1).astype(np.int64) + 1        # (live,) longest block
+        best = np.full(live.size, np.iinfo(np.int64).max)
+        for o in range(1, reach + 1):
+            ok = o <= far
+            best = np.where(ok, np.minimum(best, f[live, min(pos + o, N)]), best)
+        f[live, pos] = 1 + best
     # a position past a prompt's end holds f = 0 only if nothing wrote it: positions >= n stay 0
     return TrajectoryResult(policy="oracle", label=t.label, tokens=lengths.astype(np.int64), passes=f[:, 0],
                             workload=t.workload[starts].astype(np.int64),

@@ -81,6 +81,17 @@ def test_rho_alpha_from_manifest():
         be.rho_alpha_from_manifest(bad)
 
 
+def test_report_with_one_drafter_has_no_selector(tmp_path):
+    from bandit.logs import load_logs
+    from bandit.simulate import SimConfig, write_sim_run
+    write_sim_run(SimConfig(n_prompts=3, out_len=30), tmp_path / "sim")
+    t = load_logs([tmp_path / "sim"])
+    r = be.report_from_table(t.select_drafters([t.drafters[0], t.drafters[1]]), 50, 5)
+    assert r.selector and len(r.single_gain) == 1
+    one = be.report_from_table(t.select_drafters([t.drafters[0]]), 50, 5)
+    assert one.selector == {} and one.single_gain == {} and one.bon_gain.value == 0.0
+
+
 def test_costs_charge_the_union_of_every_draft_verified():
     """alpha(K) = verify_batch(1 + K) / verify_batch(1) - 1: best-of-N over D drafters pays the union of all D."""
     m = {**MANIFEST, "timing": {**MANIFEST["timing"], "verify_batch_ms": {"drafts": [1, 2, 3], "ms": [6.1, 7.0, 7.9]},
@@ -107,8 +118,16 @@ def test_report_from_logs_labels_and_cis(tmp_path):
     r = be.report_from_table(t, 200, 20)
     assert be.render(r) == (tmp_path / "be.txt").read_text()
     # every gain carries an interval around its value; best-of-N's speedup is its gain mapped through the model
-    for band in (r.bon_gain, *r.single_gain.values(), *r.selector.values()):
+    for band in (r.bon_gain, *r.single_gain.values()):    # smooth ratios: the percentile interval holds the value
         assert band.lo <= band.value <= band.hi
+    assert set(r.selector) == {"selector_token_gain", "selector_redraft_rate", "selector_speedup"}
+    assert all(b.label == ("MODEL" if k == "selector_speedup" else "SIM") for k, b in r.selector.items())
+    # best-of-N gain against a direct computation on the primary's block set
+    from bandit import trajectory
+    b = trajectory.block_set(t)
+    tau = trajectory.block_tokens(t, b)
+    pj = t.drafters.index(r.primary)
+    assert r.bon_gain.value == pytest.approx(tau.max(1).sum() / tau[:, pj].sum() - 1)
     p = t.drafters.index(r.primary)
     alts = [j for j in range(len(t.drafters)) if j != p]
     assert r.bon_speedup().value == pytest.approx(r.costs.speedup(p, alts, 1.0, r.bon_gain.value))

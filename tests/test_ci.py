@@ -123,7 +123,11 @@ def test_headline_values_equal_independent_computation(table):
     for e in entries.values():
         assert e.ci.lo <= e.ci.value <= e.ci.hi or not np.isfinite(e.ci.value) or e.ci.warning
     assert entries["selector_speedup"].label == "MODEL" and entries["per_block_gap"].label == "SIM"
-    assert 0 <= entries["selector_frontier_area"].ci.value <= 1
+    from bandit import selector
+    point = selector.nested(table, np.ones((1, table.n_prompts)))
+    assert entries["selector_frontier_area"].ci.value == pytest.approx(point.areas["logistic"][0, -1], rel=1e-5)
+    assert entries["selector_frontier_area_conf_min[chat]"].ci.value == pytest.approx(
+        point.areas["conf_min"][0, table.workloads.index("chat")], rel=1e-5)
 
 
 def test_ci_json_fields_and_byte_identical(tmp_path):

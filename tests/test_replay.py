@@ -31,19 +31,63 @@ def _dense_table(acc_by_prompt: list[np.ndarray], workload_of_prompt=None) -> Bl
 
 
 def _brute_force_passes(acc: np.ndarray) -> int:
-    """Fewest passes over every sequence of drafter choices (acc: (n, D))."""
+    """Fewest passes over every sequence of (drafter, cut) choices (acc: (n, D)); a draft cut to L accepts
+    min(a, L), so a block at pos may produce any 1..a_d(pos)+1 tokens of any drafter d."""
     n, D = acc.shape
     best = n + 1
-    for seq in itertools.product(range(D), repeat=n):  # at most n blocks
+    moves = [sorted({L + 1 for d in range(D) for L in range(int(acc[p, d]) + 1)}) for p in range(n)]
+    for seq in itertools.product(range(max(len(m) for m in moves)), repeat=n):  # at most n blocks
         pos, passes = 0, 0
-        for d in seq:
+        for i in seq:
             if pos >= n:
                 break
-            pos += int(acc[pos, d]) + 1
+            if i >= len(moves[pos]):
+                passes = n + 1
+                break
+            pos += moves[pos][i]
             passes += 1
         if pos >= n:
             best = min(best, passes)
     return best
+
+
+def test_trajectory_oracle_against_brute_force():
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        n, D = int(rng.integers(1, 7)), int(rng.integers(1, 4))
+        acc = [np.minimum(rng.integers(0, 4, (n, D)), (n - 1 - np.arange(n))[:, None]) for _ in range(2)]
+        t = _dense_table(acc)
+        assert trajectory_oracle(t).passes.tolist() == [_brute_force_passes(a) for a in acc], trial
+
+
+def test_oracle_equals_greedy_on_teacher_forced_logs():
+    """Teacher forcing makes pos + a_d(pos) + 1 non-decreasing in pos, so jumping furthest is optimal."""
+    t = simulate_table(SimConfig(n_prompts=5, out_len=60, seed=1))
+
+    class Greedy(FixedPolicy):
+        def choose(self, ctx):
+            return int(np.argmax(t.accepted[np.flatnonzero((t.prompt == ctx.prompt) & (t.pos == ctx.pos))[0]]))
+    assert trajectory_replay(t, Greedy(0)).passes.tolist() == trajectory_oracle(t).passes.tolist()
+
+
+def test_policy_trajectory_equals_vectorised_fixed():
+    t = simulate_table(SimConfig(n_prompts=3, out_len=50, seed=2))
+    for d in range(len(t.drafters)):
+        slow, fast = trajectory_replay(t, FixedPolicy(d)), fixed_trajectory(t, d)
+        assert slow.passes.tolist() == fast.passes.tolist()
+        assert slow.tokens_per_pass == fast.tokens_per_pass
+    o = trajectory_oracle(t).tokens_per_pass
+    assert all(o >= fixed_trajectory(t, d).tokens_per_pass for d in range(4))
+
+
+def test_cutting_a_draft_can_beat_every_whole_draft_trajectory():
+    """Stop early to land on a position where another drafter goes far: the oracle must allow it."""
+    acc = np.zeros((12, 2), int)
+    acc[0] = [4, 4]
+    acc[1] = [10, 0]
+    t = _dense_table([acc])
+    assert trajectory_oracle(t).passes.tolist() == [2]          # pos 0 cut to 0 accepted -> pos 1 -> +11 = 12
+    assert min(fixed_trajectory(t, d).passes[0] for d in range(2)) > 2
 
 
 def test_sparse_statistics_by_hand():
