@@ -50,18 +50,8 @@ def output_lengths(t: BlockTable) -> np.ndarray:
 def fixed_starts(t: BlockTable) -> np.ndarray:
     """(R, D) bool: row r is a block start of always-drafter-d's trajectory (dense logs)."""
     require_dense(t)
-    starts, lengths = prompt_rows(t)
-    D = len(t.drafters)
-    out = np.zeros((t.n_records, D), bool)
-    for d in range(D):
-        pos = np.zeros(t.n_prompts, np.int64)
-        live = pos < lengths
-        while live.any():
-            r = starts[live] + pos[live]
-            out[r, d] = True
-            pos[live] += t.accepted[r, d].astype(np.int64) + 1
-            live = pos < lengths
-    return out
+    return np.stack([_walk(t, lambda r, d=d: t.accepted[r, d])[0] for d in range(len(t.drafters))], 1) \
+        if t.drafters else np.zeros((t.n_records, 0), bool)
 
 
 def fixed_passes(t: BlockTable, starts: np.ndarray | None = None) -> np.ndarray:
@@ -153,39 +143,39 @@ class TrajectoryResult:
         return float(self.tokens.sum() / self.passes.sum())
 
 
-def fixed_trajectory(t: BlockTable, d: int) -> TrajectoryResult:
-    """`trajectory_replay` of always-drafter-d, vectorised over prompts (same result, no Python per block)."""
+def _walk(t: BlockTable, accepted_at) -> tuple[np.ndarray, np.ndarray]:
+    """Walk every prompt from position 0, the next block at pos + accepted_at(rows) + 1; (starts (R,) bool, passes (P,))."""
     require_dense(t)
     starts, lengths = prompt_rows(t)
     pos = np.zeros(t.n_prompts, np.int64)
     passes = np.zeros(t.n_prompts, np.int64)
+    mask = np.zeros(t.n_records, bool)
     live = pos < lengths
     while live.any():
         r = starts[live] + pos[live]
-        pos[live] += t.accepted[r, d] + 1
+        mask[r] = True
+        pos[live] += np.asarray(accepted_at(r), np.int64) + 1
         passes[live] += 1
         live = pos < lengths
-    return TrajectoryResult(policy=f"fixed:{t.drafters[d]}", label=t.label, tokens=lengths.astype(np.int64),
-                            passes=passes, workload=t.workload[starts].astype(np.int64),
+    return mask, passes
+
+
+def _result(t: BlockTable, policy: str, passes: np.ndarray) -> TrajectoryResult:
+    starts, lengths = prompt_rows(t)
+    return TrajectoryResult(policy=policy, label=t.label, tokens=lengths.astype(np.int64), passes=passes,
+                            workload=t.workload[starts].astype(np.int64),
                             chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
+
+
+def fixed_trajectory(t: BlockTable, d: int) -> TrajectoryResult:
+    """`trajectory_replay` of always-drafter-d, vectorised over prompts (same result, no Python per block)."""
+    return _result(t, f"fixed:{t.drafters[d]}", _walk(t, lambda r: t.accepted[r, d])[1])
 
 
 def greedy_oracle_trajectory(t: BlockTable) -> TrajectoryResult:
     """The greedy per-block oracle as a trajectory: at every block start the drafter that accepts most
     (first on ties), the next block where it ends. A real trajectory, so never above the shortest path."""
-    require_dense(t)
-    starts, lengths = prompt_rows(t)
-    pos = np.zeros(t.n_prompts, np.int64)
-    passes = np.zeros(t.n_prompts, np.int64)
-    live = pos < lengths
-    while live.any():
-        r = starts[live] + pos[live]
-        pos[live] += t.accepted[r].max(1).astype(np.int64) + 1
-        passes[live] += 1
-        live = pos < lengths
-    return TrajectoryResult(policy="greedy_oracle", label=t.label, tokens=lengths.astype(np.int64), passes=passes,
-                            workload=t.workload[starts].astype(np.int64),
-                            chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
+    return _result(t, "greedy_oracle", _walk(t, lambda r: t.accepted[r].max(1))[1])
 
 
 def trajectory_oracle(t: BlockTable) -> TrajectoryResult:
