@@ -357,38 +357,53 @@ def verdict_area(ci: tuple[float, float]) -> str:
         "not distinguishable from random"
 
 
-def render(t: BlockTable, point: NestedResult, cis: dict | None = None) -> str:
-    """The LOWO table: frontier areas (headline) and each fold's operating point."""
+def render(t: BlockTable, point: NestedResult, boot: NestedResult | None = None, how: str = "", seed: int = 0) -> str:
+    """The LOWO table: frontier areas (headline) and each fold's operating point, with 95% percentile intervals
+    from `boot` (the same LOWO under bootstrap weights) where given."""
+    from bandit.ci import interval
     tag = "unlabelled" if t.label == "UNLABELLED" else t.label
     W = len(t.workloads)
-    lines = [f"block sets: {'each fold primary' + chr(39) + 's own trajectory starts (dense log)' if t.dense else 'the logged block starts'}; "
-             f"{point.costs.describe()}",
-             f"frontier area (out-of-fold capture vs redraft rate; 0.5 = random) [{tag}]"
-             + (f", 95% CI: {cis['how']}" if cis else ""),
+
+    def cell(v: np.ndarray, b: np.ndarray | None, fmt: str) -> str:
+        x = float(v[0])
+        if not np.isfinite(x):
+            return "undefined"
+        if b is None:
+            return format(x, fmt)
+        iv = interval(x, b, None, "percentile", "prompt", seed)
+        ci = f" [{format(iv.lo, fmt)}, {format(iv.hi, fmt)}]" if np.isfinite(iv.lo) else " [no CI]"
+        return format(x, fmt) + ci
+
+    where = "each fold primary's own trajectory starts (dense log)" if t.dense else "the logged block starts"
+    lines = [f"block sets: {where}; {point.costs.describe()}",
+             f"frontier area (out-of-fold capture vs redraft rate; 0.5 = random) [{tag}]" + (f", 95% CI: {how}" if how else ""),
              "| score | " + " | ".join(t.workloads) + " | pooled |", "|---|" + "---|" * (W + 1)]
     for s in point.areas:
-        cells = []
-        for j in range(W + 1):
-            v = point.areas[s][0, j]
-            ci = (cis or {}).get(("area", s, j))
-            cells.append(f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""))
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    lines += ["", f"operating point per held-out workload (rule chosen on the other workloads by modelled speedup) [{tag}]; "
-              "speedup [MODEL]",
+        lines.append(f"| {s} | " + " | ".join(cell(point.areas[s][:, j], None if boot is None else boot.areas[s][:, j],
+                                                   ".3f") for j in range(W + 1)) + " |")
+    lines += ["", f"operating point per held-out workload (rule chosen on the other workloads by modelled speedup) "
+              f"[{tag}]; speedup [MODEL]; skill only where 0 < redraft < 1",
               "| score | held-out | primary | rule (inner LOWO) | capture | redraft | skill | token gain | speedup |",
               "|---|---|---|---|---|---|---|---|---|"]
     for s in point.areas:
-        for g in range(W):
-            o = {k: float(v[0]) for k, v in point.outcome(s, g).items()}
-            r = point.rules[s][g][0]
-            rule = rule_text(r, s, t.drafters)
-            if r.kind == "threshold" and o["redraft_rate"] in (0.0, 1.0):
-                rule += (" (degenerate here: re-drafts no held-out block)" if o["redraft_rate"] == 0 else
-                         " (degenerate here: re-drafts every held-out block)")
-            sk = f"{o['skill']:.2f}" if 0 < o["redraft_rate"] < 1 else "n/a (degenerate)"
-            lines.append(f"| {s} | {t.workloads[g]} | {t.drafters[r.primary]} | {rule} | "
-                         f"{o['capture']:.3f} | {o['redraft_rate']:.3f} | {sk} | {o['token_gain']:+.4f} | "
-                         f"{o['speedup']:.4f} |")
+        for g in [*range(W), None]:
+            o = point.outcome(s, g)
+            ob = None if boot is None else boot.outcome(s, g)
+            R = float(o["redraft_rate"][0])
+            if g is None:
+                name, prim, rule = "pooled", "-", "-"
+            else:
+                r = point.rules[s][g][0]
+                name, prim, rule = t.workloads[g], t.drafters[r.primary], rule_text(r, s, t.drafters)
+                if r.kind == "threshold" and R in (0.0, 1.0):
+                    rule += (" (degenerate here: re-drafts no held-out block)" if R == 0 else
+                             " (degenerate here: re-drafts every held-out block)")
+            c = {k: cell(o[k], None if ob is None else ob[k], f) for k, f in
+                 (("capture", ".3f"), ("redraft_rate", ".3f"), ("token_gain", "+.4f"), ("speedup", ".4f"))}
+            sk = cell(o["skill"], None if ob is None else ob["skill"], ".2f") if np.isfinite(o["skill"][0]) \
+                else "n/a (degenerate)"
+            lines.append(f"| {s} | {name} | {prim} | {rule} | {c['capture']} | {c['redraft_rate']} | {sk} | "
+                         f"{c['token_gain']} | {c['speedup']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -446,7 +461,6 @@ def write_frontier(t: BlockTable, out_dir: Path, scores: Sequence[str] = SCORES)
 
 
 def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_dir: Path | None = None) -> str:
-    from bandit import ci
     from bandit.logs import default_inputs, load_logs
     said = f"read: {', '.join(str(p) for p in paths)}"
     if not paths:
@@ -455,18 +469,16 @@ def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_
         out_dir = Path("runs") if out_dir is None else out_dir
     t = load_logs(paths)
     point = nested(t, np.ones((1, t.n_prompts)))
-    cis = None
+    boot, how = None, ""
     if n_resamples > 0:
-        cis = {"how": f"percentile bootstrap over prompt clusters within workloads, {n_resamples} resamples "
-                      f"(every fit, primary, alternatives set and threshold remade in each), seed {seed}"}
-        for e in ci.selector_entries(t, "prompt", n_resamples, seed, "percentile"):
-            for s in SCORES:
-                pre = "selector_frontier_area" + ("" if s == "logistic" else f"_{s}")
-                for j, w in enumerate(list(t.workloads) + [None]):
-                    if e.name == (pre if w is None else f"{pre}[{w}]"):
-                        cis[("area", s, j)] = (e.ci.lo, e.ci.hi)
+        from bandit.ci import _units, resample_counts
+        _, strata = _units(t, "prompt")
+        boot = nested(t, resample_counts(strata, n_resamples, seed).astype(float))
+        how = (f"percentile bootstrap over prompt clusters within workloads, {n_resamples} resamples (every fit, "
+               f"primary, alternatives set and threshold remade in each), seed {seed}")
+    text_body = render(t, point, boot, how, seed)
     from bandit.ci import code_version
-    text = (f"{said}\n{t.summary()}\n" + render(t, point, cis)
+    text = (f"{said}\n{t.summary()}\n" + text_body
             + "inputs: " + ", ".join(f"{x.path} sha256:{x.sha256[:12]}" for x in t.sources)
             + f"; code {code_version()}\n")
     if out_dir is not None:

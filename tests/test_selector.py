@@ -154,3 +154,16 @@ def test_scores_and_workloads_checked(table):
                                      np.flatnonzero(table.workload[trajectory.prompt_rows(table)[0]] == 0)))
     with pytest.raises(ValueError, match="two workloads"):
         selector.nested(replace(one, workloads=one.workloads[:1]), np.ones((1, one.n_prompts)))
+
+
+def test_main_prints_intervals_and_writes_only_when_asked(tmp_path):
+    from bandit.simulate import write_sim_run
+    write_sim_run(SimConfig(n_prompts=4, out_len=40, seed=2), tmp_path / "sim")
+    before = sorted(tmp_path.rglob("*"))
+    text = selector.main([tmp_path / "sim"], n_resamples=8, seed=1)
+    assert sorted(tmp_path.rglob("*")) == before                      # logs given as PATHS: nothing written
+    rows = [x for x in text.splitlines() if x.startswith("| logistic | ")]
+    assert len(rows) == 1 + 4 + 1                                     # the area row, 4 folds, pooled
+    assert all("[" in x for x in rows if "undefined" not in x)        # every cell with its interval
+    out = selector.main([tmp_path / "sim"], n_resamples=8, seed=1, out_dir=tmp_path / "out")
+    assert (tmp_path / "out" / "selector.txt").read_text() in out and (tmp_path / "out" / "selector_frontier.png").exists()
