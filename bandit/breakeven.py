@@ -349,15 +349,15 @@ def plot(r: BreakevenReport, path: Path) -> None:
 
 def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
         gain: Annotated[Optional[float], typer.Option(help="what-if: token gain as a fraction (0.081)")] = None,
-        redraft: Annotated[Optional[float], typer.Option(help="what-if: redraft rate R")] = None,
-        alternatives: Annotated[int, typer.Option(help="what-if: alternatives re-drafted (K)")] = 1,
+        redraft: Annotated[Optional[float], typer.Option(min=0.0, max=1.0, help="what-if: redraft rate R in [0, 1]")] = None,
+        alternatives: Annotated[int, typer.Option(min=1, help="what-if: alternatives re-drafted (K)")] = 1,
         rho: Annotated[str, typer.Option(help="what-if: comma-separated drafter costs")] = "0.02,0.05,0.1,0.15,0.2",
         alpha: Annotated[float, typer.Option(help="what-if: extra target cost of a re-draft")] = 0.0,
         json_out: Annotated[bool, typer.Option("--json", help="what-if: print one JSON object")] = False,
         out: Annotated[Optional[Path], typer.Option(help="report file (default: runs/breakeven.txt for the default "
                                                          "campaign; none for logs given as PATHS)")] = None,
-        resamples: Annotated[int, typer.Option(help="bootstrap resamples for the token gains")] = 2000,
-        refit_resamples: Annotated[int, typer.Option(help="bootstrap resamples for the selector refits")] = 200,
+        resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the token gains")] = 2000,
+        refit_resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the selector refits")] = 200,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
     """Wall-clock break-even of re-drafting (docs/DESIGN.md cost model), every number with a 95% CI.
 
@@ -369,7 +369,12 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
     if gain is not None or redraft is not None:
         if gain is None or redraft is None:
             raise typer.BadParameter("what-if mode needs both --gain and --redraft")
-        rhos = [float(x) for x in rho.split(",") if x.strip()]
+        try:
+            rhos = [float(x) for x in rho.split(",") if x.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"--rho {rho!r}: expected comma-separated numbers, e.g. 0.02,0.05") from None
+        if not rhos or not all(math.isfinite(r) and r >= 0 for r in rhos):
+            raise typer.BadParameter(f"--rho {rho!r}: expected finite numbers >= 0")
         ans = whatif(gain, redraft, alternatives, rhos, alpha)
         if json_out:
             typer.echo(json.dumps(ans, sort_keys=True))
@@ -403,4 +408,5 @@ def main(paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int =
 
 
 if __name__ == "__main__":
-    typer.run(cli)
+    from bandit.errors import run
+    run(cli)

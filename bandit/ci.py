@@ -514,11 +514,11 @@ def main(paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int =
 def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
         out: Annotated[Optional[Path], typer.Option(help="ci.json to write (default: runs/ci.json for the default "
                                                         "campaign; nothing for PATHS)")] = None,
-        resamples: Annotated[int, typer.Option(help="bootstrap resamples of the ratio statistics")] = 2000,
+        resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples of the ratio statistics")] = 2000,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
         unit: Annotated[str, typer.Option(help="resampling unit: prompt (clusters, default) or block")] = "prompt",
         method: Annotated[str, typer.Option(help="percentile (default) or bca")] = "percentile",
-        refit_resamples: Annotated[int, typer.Option(help="resamples of the nested selector refits")] = N_REFIT) -> None:
+        refit_resamples: Annotated[int, typer.Option(min=1, help="resamples of the nested selector refits")] = N_REFIT) -> None:
     """Every headline number with a 95% bootstrap CI -> OUT (ci.json) and a table on stdout.
 
     Block sets: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts (the
@@ -534,4 +534,5 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
 
 
 if __name__ == "__main__":
-    typer.run(cli)
+    from bandit.errors import run
+    run(cli)

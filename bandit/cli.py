@@ -6,17 +6,25 @@ from __future__ import annotations
 
 import typer
 
-from bandit import breakeven, ci, core, logs, replay, selector
+from bandit import __version__, breakeven, ci, core, logs, replay, selector
+from bandit.errors import boundary
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Counterfactual analysis of multi-drafter speculative decoding logs.")
 for name, module in (("validate", logs), ("replay", replay), ("ci", ci), ("selector", selector),
                      ("breakeven", breakeven), ("policies", core)):
-    app.command(name)(module.cli)
+    app.command(name)(boundary(module.cli))
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"specbandit {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     """Counterfactual analysis of multi-drafter speculative decoding logs."""
 
 

@@ -1004,4 +1004,5 @@ def script(paths: Annotated[Optional[list[str]], typer.Argument(help="log files,
 
 
 if __name__ == "__main__":
-    typer.run(script)
+    from bandit.errors import run
+    run(script)

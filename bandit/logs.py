@@ -24,9 +24,10 @@ from dataclasses import dataclass, replace
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Annotated, Iterable, Optional, Sequence
 
 import numpy as np
+import typer
 
 try:  # 5-10x faster parsing; the stdlib parser gives identical results
     import orjson as _fastjson
@@ -176,9 +177,17 @@ def read_manifest(log_path: Path) -> dict | None:
         m = d / "manifest.json"
         if m.is_file():
             try:
-                return json.loads(m.read_text())
+                man = json.loads(m.read_text())
             except json.JSONDecodeError as e:
                 raise LogError(m, e.lineno, "manifest", f"not JSON: {e.msg}") from None
+            except (RecursionError, UnicodeDecodeError) as e:
+                raise LogError(m, 0, "manifest", f"unreadable: {type(e).__name__}") from None
+            if not isinstance(man, dict):
+                raise LogError(m, 0, "manifest", f"expected a JSON object, got {type(man).__name__}")
+            for key, typ in (("label", str), ("drafters", dict), ("timing", dict), ("k", int)):
+                if man.get(key) is not None and not isinstance(man[key], typ):
+                    raise LogError(m, 0, f"manifest.{key}", f"expected {typ.__name__}, got {type(man[key]).__name__}")
+            return man
     return None
 
 
@@ -876,14 +885,15 @@ def default_inputs(root: str | Path = "runs") -> tuple[list[Path], str]:
     return expand_paths(dirs), f"[UNLABELLED] logs without a manifest under {root}/"
 
 
-def cli(paths: list[Path], all: bool = False, drafters: str = "") -> None:
+def cli(paths: Annotated[list[Path], typer.Argument(help="log files, globs or directories")],
+        all: Annotated[bool, typer.Option("--all", help="report every problem, not only the first")] = False,
+        drafters: Annotated[str, typer.Option(help="comma-separated drafters every record must hold")] = "") -> None:
     """Validate block logs: exit 0 and a one-line summary if valid, else exit 1 and the first error (every error with --all).
 
     PATHS are files (.jsonl, .jsonl.gz), globs, or directories (meaning **/blocks_*.jsonl* under them).
     Logs of different campaigns (runs that may not be pooled) are validated separately, a summary each.
     --drafters a,b restricts to drafters present in every record.
     """
-    import typer
     names = [d for d in drafters.split(",") if d] or None
     try:
         files = expand_paths(paths)
@@ -914,12 +924,17 @@ def cli(paths: list[Path], all: bool = False, drafters: str = "") -> None:
         typer.echo(f"valid: {s}")
 
 
-if __name__ == "__main__":
-    import sys
-    args = sys.argv[1:]
-    if args:
-        print(load_logs(args).summary())
+def script(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories "
+                                                                   "(default: the default campaign under runs/)")] = None) -> None:
+    """Load the logs (default: the default campaign under runs/) and print their one-line summary."""
+    if paths:
+        typer.echo(load_logs(paths).summary())
     else:
         files, said = default_inputs()
-        print(said)
-        print(load_logs(files).summary())
+        typer.echo(said)
+        typer.echo(load_logs(files).summary())
+
+
+if __name__ == "__main__":
+    from bandit.errors import run
+    run(script)

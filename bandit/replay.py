@@ -418,7 +418,7 @@ def _load(paths: Sequence[Path] | None, drafters: str = "") -> tuple[BlockTable,
 def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
         drafters: Annotated[str, typer.Option(help="comma-separated subset of drafters")] = "",
-        resamples: Annotated[int, typer.Option(help="bootstrap resamples for the 95% CIs (0: none)")] = 2000,
+        resamples: Annotated[int, typer.Option(min=0, help="bootstrap resamples for the 95% CIs (0: none)")] = 2000,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
     """Counterfactual replay on the block set: mean accepted table, primary, workload and per-block oracles,
     trajectories in tokens per target pass.
@@ -453,6 +453,5 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
 
 
 if __name__ == "__main__":
-    app = typer.Typer(add_completion=False)
-    app.command()(cli)
-    app()
+    from bandit.errors import run
+    run(cli)

@@ -489,7 +489,7 @@ def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_
 
 
 def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
-        resamples: Annotated[int, typer.Option(help="bootstrap resamples for the frontier-area CIs (0: none)")] = 200,
+        resamples: Annotated[int, typer.Option(min=0, help="bootstrap resamples for the frontier-area CIs (0: none)")] = 200,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
         out_dir: Annotated[Optional[Path], typer.Option(help="write selector.txt and selector_frontier.png/.csv here "
                                                              "(default: runs/ for the default campaign, nowhere for PATHS)")] = None) -> None:
@@ -502,4 +502,5 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
 
 
 if __name__ == "__main__":
-    typer.run(cli)
+    from bandit.errors import run
+    run(cli)
