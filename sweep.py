@@ -103,7 +103,8 @@ def main(
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 = Gumbel-max coupled sampling"),
     seed: int = typer.Option(0, help="keys all sampling noise"),
     out: Optional[str] = typer.Option(None, help="run directory (default runs/<name>-<UTC time>)"),
-    resume: bool = typer.Option(False, help="continue the run in --out, skipping finished prompts"),
+    resume: bool = typer.Option(False, help="continue the run in --out, skipping finished prompts "
+                                "(without --out: the newest incomplete run under runs/)"),
     limit: Optional[int] = typer.Option(None, help="at most N prompts per workload"),
     device: str = typer.Option("cpu", help="cpu | cuda"),
     dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16"),
@@ -132,31 +133,49 @@ def main(
             workloads = workloads or ",".join(DEFAULT_WORKLOADS)
         limit = limit if limit is not None else DEFAULT_PROMPTS_PER_WORKLOAD
         calibrate = calibrate or DEFAULT_CALIBRATION_PROMPTS
-        out = out or str(REPO / "runs" / f"zoo-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
+        if not (resume and out is None):  # --resume alone: the newest incomplete run under runs/
+            out = out or str(REPO / "runs" / f"zoo-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
     try:
         run_sweep(target=target, drafter=drafter, workloads=workloads, workload_file=workload_file,
                   workload_path=_kv_list(workload_path, "--workload-path"), data=data, models=models, mode=mode,
                   k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, out=out, resume=resume,
                   limit=limit, device=device, dtype=dtype, behaviour=behaviour, generator=generator, policy=policy,
-                  calibrate=calibrate, threads=threads)
+                  calibrate=calibrate, threads=threads, runs_root=REPO / "runs" if default else None)
     except (HarnessError, WorkloadError) as e:
         fail(str(e))
+
+
+def _abs(p):
+    return None if p in (None, "") else _shown_path(os.path.abspath(p))
+
+
+def record_settings(*, mode, k, max_new_tokens, temperature, seed, dtype, device, generator, behaviour, workloads,
+                    workload_names, workload_file, workload_path, data) -> dict:
+    """The settings that change the records, beyond the manifest's (compared on --resume; --limit is not
+    one: a run may be continued with more prompts)."""
+    return {"mode": mode, "k": k, "max_new_tokens": max_new_tokens, "temperature": float(temperature),
+            "seed": seed, "dtype": dtype, "device": device, "generator": generator, "behaviour": behaviour,
+            "workloads": list(workloads), "workload_names": list(workload_names),
+            "workload_file": _abs(workload_file),
+            "workload_path": {n: _abs(f) for n, f in sorted((workload_path or {}).items())}, "data": _abs(data)}
+
+
+def _ids_sha(ids) -> str:
+    import hashlib
+    return hashlib.sha256(json.dumps([int(t) for t in ids]).encode()).hexdigest()[:16]
 
 
 def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_path=None, data=None, models=None,
               mode="dense", k=8, max_new_tokens=128, temperature=0.0, seed=0, out=None, resume=False, limit=None,
               device="cpu", dtype="float32", behaviour=None, generator=None, policy=None, calibrate=0, threads=0,
-              quiet=False):
+              quiet=False, runs_root=None):
     """Validate everything, then run. Returns the run directory."""
     import torch
-    from tqdm import tqdm
-
     import workloads as wlmod
     from harness import lm
-    from harness.calibrate import live_phase, time_verify
     from harness.drafters import DrafterEnv, build_drafters, parse_spec
     from harness.engine import Engine, RunConfig
-    from harness.rundir import RunDir, make_manifest
+    from harness.rundir import RunDir, find_resumable, make_manifest, preflight
     from harness.target import Target
 
     # 1. Everything that can be checked without loading a model.
@@ -173,6 +192,8 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
         raise lm.HarnessError(f"--device {device}: CUDA is not available on this machine")
     if limit is not None and limit < 1:
         raise lm.HarnessError(f"--limit {limit}: must be >= 1")
+    if out is not None:
+        preflight(out, resume)
     names_given = [w for w in (workloads or "").split(",") if w.strip()]
     if names_given and workload_file:
         raise lm.HarnessError("give --workloads NAMES or --workload-file FILE, not both")
@@ -180,6 +201,11 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
     names = [w.strip() for w in (workloads or "").split(",") if w.strip()]
     items = wlmod.load(names, workload_file, limit, workload_path, data, models)
     pol = _load_policy(policy) if policy else None
+    if resume and out is None:
+        root = Path(runs_root) if runs_root is not None else Path("runs")
+        out = str(find_resumable(root, [(p.workload, p.prompt_id) for p in items]))
+        print(f"resume: continuing {out} (the newest incomplete run under {root})", file=sys.stderr)
+        preflight(out, resume)
 
     # 2. Models (tokenizer and path checks happen while building drafters).
     if threads or device == "cpu":
@@ -209,7 +235,24 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
     shown = _shown_path(str(target_dir)) if Path(target_dir).is_absolute() else str(target)
     manifest = make_manifest(run_dir.name, mode, {"name": tname, "path": shown, "sha256": lm.weights_sha256(target_dir)},
                              dinfo, k, temperature, seed, wl_names, device)
-    rd = RunDir(run_dir, manifest, resume)
+    settings = record_settings(mode=mode, k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                               dtype=dtype, device=device, generator=generator, behaviour=behaviour,
+                               workloads=wl_names, workload_names=names, workload_file=workload_file,
+                               workload_path=workload_path, data=data)
+    prompt_sha = {(wl, pid): _ids_sha(ids) for wl, pid, ids in prompts}
+    rd = RunDir(run_dir, manifest, resume, settings=settings, prompt_sha=prompt_sha)
+    try:
+        return _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, seed, mode, calibrate,
+                      quiet)
+    finally:
+        rd.close()
+
+
+def _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, seed, mode, calibrate, quiet):
+    from tqdm import tqdm
+
+    from harness.calibrate import live_phase, time_verify
+    from harness.engine import RunConfig
 
     # 4. The sweep.
     todo = [p for p in prompts if (p[0], p[1]) not in rd.done]
@@ -253,7 +296,7 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
         rd.manifest["timing"] = timing
         rd.write_manifest()
         if raw is not None:
-            (rd.dir / "live_calibration.json").write_text(json.dumps(raw, indent=2) + "\n")
+            rd.write_text("live_calibration.json", json.dumps(raw, indent=2) + "\n")
     shown = rd.dir.resolve()
     if shown.is_relative_to(Path.cwd()):  # the short form the analysis commands are usually typed with
         shown = shown.relative_to(Path.cwd())
