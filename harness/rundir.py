@@ -82,21 +82,21 @@ def _refuse_link(path: Path, e: OSError):
     raise HarnessError(f"{path}: cannot write: {e.strerror}") from None
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
+def _open_nofollow(path: Path, flags: int) -> int:
+    """os.open that never follows a symlink at `path`; a link (or any failure) is one HarnessError line."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644)
+        return os.open(path, flags | _NOFOLLOW, 0o644)
     except OSError as e:
         _refuse_link(path, e)
-    with os.fdopen(fd, "wb") as fh:
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with os.fdopen(_open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
         fh.write(data)
 
 
 def _open_append(path: Path):
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o644)
-    except OSError as e:
-        _refuse_link(path, e)
-    return os.fdopen(fd, "ab")
+    return os.fdopen(_open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -105,10 +105,7 @@ def _atomic_write(path: Path, text: str) -> None:
         tmp.unlink()  # a stale temporary (or a planted link): unlink removes the link, not its target
     except FileNotFoundError:
         pass
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
-    except OSError as e:
-        _refuse_link(tmp, e)
+    fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
         fh.flush()
