@@ -26,8 +26,7 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-REF_RHO = 0.10                      # the what-if drafter cost (no timing in the manifest)...
-REF_ALPHA = 0.0                     # ...with union verification free
+REF_RHO = 0.10                      # the what-if drafter cost (no timing in the manifest)
 TABLE_RHOS = (0.02, 0.05, 0.10, 0.15, 0.20)
 PLOT_ALPHAS = (0.0, 0.25)
 
@@ -236,10 +235,9 @@ def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int 
     starts = trajectory.fixed_starts(t) if t.dense else None
     for q in range(D):
         rows = starts[:, q] if t.dense else t.is_block_start
-        b = t.take(rows)
-        tau = trajectory.block_tokens(t, b).astype(float)
+        tau = trajectory.block_tokens(t, rows).astype(float)
         cols = np.c_[tau[:, q], tau.max(1) - tau[:, q], np.maximum(tau, tau[:, [q]]) - tau[:, [q]]]
-        np.add.at(per_q[:, q], b.prompt, cols)
+        np.add.at(per_q[:, q], t.prompt[rows], cols)
     # how the primary is chosen: fewest passes along its own trajectory (dense), highest accepted (sparse)
     key = (-trajectory.fixed_passes(t, starts).astype(float) if t.dense else
            np.stack([np.bincount(t.prompt[t.is_block_start], t.accepted[t.is_block_start, d], minlength=P)

@@ -253,11 +253,11 @@ def table_stats(t: BlockTable, unit: str, n_resamples: int, seed: int, method: s
     tokens-per-pass entries (workload_headroom included) stay on the prompt unit.
     """
     if not t.dense:
-        return _accepted_stats(t.blocks(), unit, n_resamples, seed, method, rechoose=True)
+        return accepted_entries(t.blocks(), unit, n_resamples, seed, method, rechoose=True)
     out = _dense_stats(t, n_resamples, seed, method)
     if unit == "block":
         b = trajectory.block_set(t)
-        blk = {e.name: e for e in _accepted_stats(b, unit, n_resamples, seed, method, rechoose=False,
+        blk = {e.name: e for e in accepted_entries(b, unit, n_resamples, seed, method, rechoose=False,
                                                  primary=trajectory.primary(t))}
         # only the accepted-token statistics of the block set are resampled by block; the tokens-per-pass ones
         # (headroom, oracle gains, tokens_per_pass) are trajectories, which live inside a prompt
@@ -266,7 +266,7 @@ def table_stats(t: BlockTable, unit: str, n_resamples: int, seed: int, method: s
     return out
 
 
-def _accepted_stats(b: BlockTable, unit: str, n_resamples: int, seed: int, method: str, rechoose: bool,
+def accepted_entries(b: BlockTable, unit: str, n_resamples: int, seed: int, method: str, rechoose: bool,
                     primary: int | None = None) -> list[Entry]:
     """per_block_gap, workload_headroom (accepted tokens) and the mean accepted table over the rows of b."""
     units, strata = _units(b, unit)
@@ -300,7 +300,7 @@ def _accepted_stats(b: BlockTable, unit: str, n_resamples: int, seed: int, metho
 
 def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> list[Entry]:
     starts = trajectory.fixed_starts(t)                               # (R, D): each drafter's own trajectory
-    units, strata = _units(t, "prompt")
+    _, strata = _units(t, "prompt")
     W, D, P = len(t.workloads), len(t.drafters), t.n_prompts
     a = t.accepted.astype(np.int64)
     # per prompt, in its workload's slot, for every candidate primary q: [blocks, a_1..a_D, max a] over
@@ -340,7 +340,7 @@ def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> lis
         return np.c_[gap, head, orc, gre, means.reshape(n, -1), tpp.reshape(n, -1)]
 
     value, boot, jack = boot_totals(totals.astype(float), stat, strata, n_resamples, seed, jackknife=method == "bca")
-    p0 = trajectory.primary(t)
+    p0 = trajectory.primary(t, starts)
     nb_all = int(starts[:, p0].sum())
     nb_w = np.bincount(t.workload[starts[:, p0]], minlength=W)
     nc_w = np.bincount(strata, minlength=W)
@@ -362,7 +362,7 @@ def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: 
     point = selector.nested(t, np.ones((1, P)))
     fixed = row_w = None
     if unit == "prompt":
-        units, strata = _units(t, "prompt")
+        _, strata = _units(t, "prompt")
         wp = resample_counts(strata, n_refit, seed).astype(float)
     else:   # single blocks of each fold's block set (its primary chosen on its training workloads, then fixed)
         fixed = selector.primaries(t)
@@ -412,12 +412,6 @@ def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: 
             add(f"{name}{sfx}", o[key], ob[key], None if oj is None else oj[key], g,
                 "MODEL" if key == "speedup" else t.label)
     return out
-
-
-def selector_point(t: BlockTable):
-    """The selector's LOWO on the data as they are (bandit/selector.py's NestedResult with m = 1)."""
-    from bandit import selector
-    return selector.nested(t, np.ones((1, t.n_prompts)))
 
 
 def headline(t: BlockTable, unit: str = "prompt", method: str = "percentile", n_resamples: int = 2000, seed: int = 0,

@@ -148,8 +148,7 @@ def hindsight_traces(t: BlockTable, mode: str) -> dict[str, Trace]:
     if mode == "block":
         rows = np.flatnonzero(trajectory.block_mask(t))
         A = t.accepted[rows].astype(float)
-        rem = _remaining(t)
-        tok = A + 1 if rem is None else np.minimum(A + 1, rem[rows, None])
+        tok = trajectory.block_tokens(t, rows)
         W = len(t.workloads)
         wsum = np.zeros((W, A.shape[1]))
         np.add.at(wsum, t.workload[rows], tok)
@@ -169,25 +168,16 @@ def hindsight_traces(t: BlockTable, mode: str) -> dict[str, Trace]:
     pw = np.zeros((len(t.workloads), len(t.drafters)))
     np.add.at(pw, wl_of, passes)
     best_w = pw.argmin(1)                                                        # fewest passes, first on ties
-    out["workload_oracle"] = replace(_greedy_trajectory(t, best_w[t.workload]), policy="workload_oracle")
-    out["per_block_oracle"] = replace(_greedy_trajectory(t, t.accepted.argmax(1)), policy="per_block_oracle")
+    out["workload_oracle"] = _greedy_trajectory(t, best_w[t.workload], "workload_oracle")
+    out["per_block_oracle"] = _greedy_trajectory(t, t.accepted.argmax(1), "per_block_oracle")
     return out
 
 
-def _greedy_trajectory(t: BlockTable, pick: np.ndarray) -> Trace:
+def _greedy_trajectory(t: BlockTable, pick: np.ndarray, name: str) -> Trace:
     """Trajectory that runs drafter pick[r] at every block start r, all prompts at once."""
-    starts = np.searchsorted(t.prompt, np.arange(t.n_prompts))
-    ends = np.searchsorted(t.prompt, np.arange(t.n_prompts), side="right")
-    r, got = starts.copy(), []
-    live = r < ends
-    while live.any():
-        rl = r[live]
-        got.append(rl)
-        r[live] = rl + t.accepted[rl, pick[rl]] + 1
-        live = r < ends
-    rows = np.sort(np.concatenate(got))
+    rows = np.flatnonzero(trajectory.walk(t, lambda r: t.accepted[r, pick[r]])[0])
     c = pick[rows].astype(np.int64)
-    return Trace("greedy", rows, c, np.full(len(rows), -1), t.accepted[rows, c].astype(float))
+    return Trace(name, rows, c, np.full(len(rows), -1), t.accepted[rows, c].astype(float))
 
 
 # ---------------------------------------------------------------- modelled time
@@ -229,8 +219,7 @@ def regret_curve(t: BlockTable, policy, order: np.ndarray | None = None,
     per_prompt = block_rows(t)
     rows = np.concatenate([per_prompt[p] for p in (range(t.n_prompts) if order is None else order)])
     A = t.accepted[rows].astype(float)
-    rem = _remaining(t)
-    tau = A + 1 if rem is None else np.minimum(A + 1, rem[rows, None])
+    tau = trajectory.block_tokens(t, rows).astype(float)
     policy.reset(t.drafters, t.workloads, run_timing(t))
     D, allobs = len(t.drafters), np.ones(len(t.drafters), bool)
     nanD, nanF = np.full(D, np.nan), np.full((D, 4), np.nan)
@@ -291,8 +280,8 @@ def multi_sequence_replay(t: BlockTable, policy: SpecSelect | None, n_seq: int =
         seqs = [r.tolist() for r in block_rows(t)]
     elif t.dense:
         seqs = None
-        starts = np.searchsorted(t.prompt, np.arange(t.n_prompts)).tolist()
-        ends = np.searchsorted(t.prompt, np.arange(t.n_prompts), side="right").tolist()
+        first, lengths = trajectory.prompt_rows(t)
+        starts, ends = first.tolist(), (first + lengths).tolist()
     else:
         raise ValueError("trajectory mode needs a dense log")
     tokens, ms, share = np.zeros(t.n_prompts), np.zeros(t.n_prompts), np.zeros(t.n_prompts)

@@ -27,7 +27,7 @@ import typer
 from bandit import trajectory
 from bandit.trajectory import (TrajectoryResult, fixed_trajectory, greedy_oracle_trajectory,  # noqa: F401
                                trajectory_oracle)
-from bandit.ci import table_stats
+from bandit.ci import accepted_entries, table_stats
 from bandit.logs import BlockTable, default_inputs, load_logs
 
 
@@ -232,8 +232,7 @@ def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int 
     entries = [e for e in table_stats(t, "prompt", n_resamples, seed, "percentile") if e.name in keep]
     cis = {e.name: e.ci for e in entries}
     if t.dense:   # the length-biased per-position figures, for contrast: every position treated as a block
-        from bandit.ci import _accepted_stats
-        for e in _accepted_stats(t, "prompt", n_resamples, seed, "percentile", rechoose=True)[:2]:
+        for e in accepted_entries(t, "prompt", n_resamples, seed, "percentile", rechoose=True)[:2]:
             cis[f"{e.name}_per_position"] = e.ci
     return replace(s, ci=cis)
 

@@ -73,7 +73,7 @@ def candidates(t: BlockTable, only: Sequence[int] | None = None) -> list[Candida
             continue
         rows = np.flatnonzero(starts[:, q]) if t.dense else base
         b = t.take(rows)
-        out.append(Candidate(q, rows, b.features[:, q, :], b.draft_len[:, q] == 0, trajectory.block_tokens(t, b),
+        out.append(Candidate(q, rows, b.features[:, q, :], b.draft_len[:, q] == 0, trajectory.block_tokens(t, rows),
                              b.workload.astype(np.int64), b.prompt.astype(np.int64)))
     return out
 
@@ -156,6 +156,14 @@ def oof_scores(c: Candidate, w: np.ndarray, score: str, train: Sequence[int], he
 
 # ---------------------------------------------------------------- frontier and operating point
 
+def _steps(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, ends): s sorted decreasing (stable), and the index in that order where each run of tied scores ends
+    (re-drafting down to a threshold takes whole ties: a threshold sits between distinct scores)."""
+    o = np.argsort(-s, kind="stable")
+    so = s[o]
+    return o, np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
+
+
 def frontier_area(s: np.ndarray, w: np.ndarray, up: np.ndarray) -> float:
     """Area under capture (of sum w*up) vs redraft rate (of sum w) re-drafting in decreasing score order.
 
@@ -164,9 +172,7 @@ def frontier_area(s: np.ndarray, w: np.ndarray, up: np.ndarray) -> float:
     tot_w, tot_u = float(w.sum()), float((w * up).sum())
     if tot_w <= 0 or tot_u <= 0:
         return float("nan")
-    o = np.argsort(-s, kind="stable")
-    so = s[o]
-    ends = np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
+    o, ends = _steps(s)
     R = np.r_[0.0, np.cumsum(w[o])[ends] / tot_w]
     C = np.r_[0.0, np.cumsum((w * up)[o])[ends] / tot_u]
     return float(np.sum(np.diff(R) * (C[1:] + C[:-1]) / 2))
@@ -200,11 +206,8 @@ def choose_rule(s: np.ndarray, w: np.ndarray, tau: np.ndarray, p: int, costs: Co
     if not keep.any():
         return best
     s, w, tau = s[keep], w[keep], tau[keep]
-    o = np.argsort(-s, kind="stable")
-    so = s[o]
-    ends = np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
-    cw = np.cumsum(w[o])[ends]
-    R = cw / w.sum()
+    o, ends = _steps(s)
+    R = np.cumsum(w[o])[ends] / w.sum()
     base = float(w @ tau[:, p])
     for alts in alternative_sets(tau.shape[1], p):
         up = tau[:, list(alts) + [p]].max(1) - tau[:, p]
@@ -212,7 +215,7 @@ def choose_rule(s: np.ndarray, w: np.ndarray, tau: np.ndarray, p: int, costs: Co
         sp = costs.speedup(p, alts, R, g)
         i = int(np.argmax(sp))
         if sp[i] > best.speedup + 1e-12:
-            thr = -np.inf if i == ends.size - 1 else float(so[ends[i]])
+            thr = -np.inf if i == ends.size - 1 else float(s[o[ends[i]]])
             best = Rule(p, alts, thr, float(sp[i]))
     return best
 
@@ -312,16 +315,16 @@ def nested(t: BlockTable, wp: np.ndarray, costs: Costs | None = None, scores: Se
             ms = np.flatnonzero(prim[g] == q)
             held = np.flatnonzero(c.workload == g)
             tr = np.flatnonzero(c.workload != g)
-            up_all = c.tau.max(1) - c.tau[:, q]
+            up_h = (c.tau.max(1) - c.tau[:, q])[held]     # the gap to the best of all drafters, held-out rows
+            tau_h, tau_tr = c.tau[held], c.tau[tr]
             for s in scores:
                 sh, st = oof_scores(c, wq, s, train, g, fits.get(q))
                 for i in ms.tolist():
                     wh, wt = wq[i, held], wq[i, tr]
-                    areas[s][i, g] = frontier_area(sh[i], wh, up_all[held])
-                    pooled[s][i].append((sh[i], wh, up_all[held]))
-                    rule = choose_rule(st[i], wt, c.tau[tr], q, costs)
+                    areas[s][i, g] = frontier_area(sh[i], wh, up_h)
+                    pooled[s][i].append((sh[i], wh, up_h))
+                    rule = choose_rule(st[i], wt, tau_tr, q, costs)
                     fold_rules[s][i] = rule
-                    tau_h = c.tau[held]
                     up = tau_h[:, list(rule.alts) + [q]].max(1) - tau_h[:, q] if rule.alts else np.zeros(held.size)
                     r = sh[i] >= rule.threshold
                     a = acc[s]
@@ -348,13 +351,6 @@ def rule_text(r: Rule, score: str, drafters: Sequence[str]) -> str:
     thr = {"conf_min": f"conf_min <= {-r.threshold:.3f}", "ent_mean": f"ent_mean >= {r.threshold:.3f}",
            "draft_empty": "the primary's draft is empty"}.get(score, f"p >= {r.threshold:.3f}")
     return f"re-draft with {alts} when {thr}"
-
-
-def verdict_area(ci: tuple[float, float]) -> str:
-    if not np.all(np.isfinite(ci)):
-        return "no CI"
-    return "ranks better than random" if ci[0] > 0.5 else "ranks worse than random" if ci[1] < 0.5 else \
-        "not distinguishable from random"
 
 
 def render(t: BlockTable, point: NestedResult, boot: NestedResult | None = None, how: str = "", seed: int = 0) -> str:
@@ -412,7 +408,7 @@ def frontier_points(t: BlockTable, score: str = "logistic") -> tuple[np.ndarray,
     W = len(t.workloads)
     cands = candidates(t)
     wp = np.ones((1, t.n_prompts))
-    S, Wt, U, Bs = [], [], [], []
+    S, U, Bs = [], [], []
     fits = {}
     for g in range(W):
         q = int(fold_primary(t, cands, wp, np.arange(W) != g, None)[0])
@@ -420,12 +416,10 @@ def frontier_points(t: BlockTable, score: str = "logistic") -> tuple[np.ndarray,
         fits.setdefault(q, _Fits(c, wp[:, c.prompt]))
         held = np.flatnonzero(c.workload == g)
         sh, _ = oof_scores(c, wp[:, c.prompt], score, [h for h in range(W) if h != g], g, fits[q])
-        S.append(sh[0]); Wt.append(np.ones(held.size)); U.append(c.tau[held].max(1) - c.tau[held, q])
+        S.append(sh[0]); U.append(c.tau[held].max(1) - c.tau[held, q])
         Bs.append(c.tau[held, q])
     s, up, base = np.concatenate(S), np.concatenate(U), np.concatenate(Bs)
-    o = np.argsort(-s, kind="stable")
-    so = s[o]
-    ends = np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
+    o, ends = _steps(s)
     R = np.r_[0.0, (ends + 1) / s.size]
     C = np.r_[0.0, np.cumsum(up[o])[ends] / max(up.sum(), 1e-300)]
     gg = np.r_[0.0, np.cumsum(up[o])[ends] / base.sum()]

@@ -50,7 +50,7 @@ def output_lengths(t: BlockTable) -> np.ndarray:
 def fixed_starts(t: BlockTable) -> np.ndarray:
     """(R, D) bool: row r is a block start of always-drafter-d's trajectory (dense logs)."""
     require_dense(t)
-    return np.stack([_walk(t, lambda r, d=d: t.accepted[r, d])[0] for d in range(len(t.drafters))], 1) \
+    return np.stack([walk(t, lambda r, d=d: t.accepted[r, d])[0] for d in range(len(t.drafters))], 1) \
         if t.drafters else np.zeros((t.n_records, 0), bool)
 
 
@@ -67,11 +67,11 @@ def primary_index(passes: np.ndarray) -> np.ndarray:
     return np.argmin(np.asarray(passes), axis=-1)
 
 
-def primary(t: BlockTable) -> int:
+def primary(t: BlockTable, starts: np.ndarray | None = None) -> int:
     """Index of the primary: dense logs, most tokens per target pass along its own trajectory;
     sparse logs, the highest mean accepted over the logged block starts (tokens per pass there)."""
-    if t.dense:
-        return int(primary_index(fixed_passes(t).sum(0)))
+    if t.dense:   # `starts`: fixed_starts(t), when the caller has it already
+        return int(primary_index(fixed_passes(t, starts).sum(0)))
     b = t.is_block_start
     return int(np.argmax(t.accepted[b].astype(float).mean(0)))
 
@@ -83,8 +83,9 @@ def block_set(t: BlockTable, p: int | None = None) -> BlockTable:
         if p is not None:
             raise ValueError("a sparse log has one block set, the logged trajectory's; no drafter can be chosen")
         return t.blocks()
-    p = primary(t) if p is None else p
-    keep = fixed_starts(t)[:, p]
+    starts = fixed_starts(t)
+    p = primary(t, starts) if p is None else p
+    keep = starts[:, p]
     b = t.take(keep)
     # number the blocks within each prompt, 0, 1, ... (rows are sorted by prompt, pos)
     first = np.searchsorted(b.prompt, b.prompt)
@@ -93,19 +94,19 @@ def block_set(t: BlockTable, p: int | None = None) -> BlockTable:
 
 def block_mask(t: BlockTable) -> np.ndarray:
     """(R,) bool: the rows of t's block set B (see `block_set`)."""
-    return fixed_starts(t)[:, primary(t)] if t.dense else t.is_block_start
+    if not t.dense:
+        return t.is_block_start
+    starts = fixed_starts(t)
+    return starts[:, primary(t, starts)]
 
 
-def block_tokens(t: BlockTable, b: BlockTable | None = None) -> np.ndarray:
-    """(B, D) tokens each drafter's block would produce at the blocks of `b`, capped at the output's end
-    on dense logs (nothing is counted past the end of an output): min(a + 1, n - pos)."""
-    b = t if b is None else b
-    tau = b.accepted.astype(np.int64) + 1
+def block_tokens(t: BlockTable, rows: np.ndarray) -> np.ndarray:
+    """(B, D) tokens each drafter's block would produce at records `rows` (indices or a mask) of t, capped at the
+    output's end on dense logs (nothing is counted past the end of an output): min(a + 1, n - pos)."""
+    tau = t.accepted[rows].astype(np.int64) + 1
     if not t.dense:
         return tau
-    lengths = output_lengths(t)
-    # `b` may be a subset of t's rows; its prompt indices are t's when it came from t.take
-    rem = lengths[b.prompt] - b.pos
+    rem = output_lengths(t)[t.prompt[rows]] - t.pos[rows]
     return np.minimum(tau, rem[:, None])
 
 
@@ -143,7 +144,7 @@ class TrajectoryResult:
         return float(self.tokens.sum() / self.passes.sum())
 
 
-def _walk(t: BlockTable, accepted_at) -> tuple[np.ndarray, np.ndarray]:
+def walk(t: BlockTable, accepted_at) -> tuple[np.ndarray, np.ndarray]:
     """Walk every prompt from position 0, the next block at pos + accepted_at(rows) + 1; (starts (R,) bool, passes (P,))."""
     require_dense(t)
     starts, lengths = prompt_rows(t)
@@ -169,13 +170,13 @@ def _result(t: BlockTable, policy: str, passes: np.ndarray) -> TrajectoryResult:
 
 def fixed_trajectory(t: BlockTable, d: int) -> TrajectoryResult:
     """`trajectory_replay` of always-drafter-d, vectorised over prompts (same result, no Python per block)."""
-    return _result(t, f"fixed:{t.drafters[d]}", _walk(t, lambda r: t.accepted[r, d])[1])
+    return _result(t, f"fixed:{t.drafters[d]}", walk(t, lambda r: t.accepted[r, d])[1])
 
 
 def greedy_oracle_trajectory(t: BlockTable) -> TrajectoryResult:
     """The greedy per-block oracle as a trajectory: at every block start the drafter that accepts most
     (first on ties), the next block where it ends. A real trajectory, so never above the shortest path."""
-    return _result(t, "greedy_oracle", _walk(t, lambda r: t.accepted[r].max(1))[1])
+    return _result(t, "greedy_oracle", walk(t, lambda r: t.accepted[r].max(1))[1])
 
 
 def trajectory_oracle(t: BlockTable) -> TrajectoryResult:

@@ -104,8 +104,9 @@ def main() -> None:
     # the nested selector refits: every resample's logistic model at once (bandit/logistic.py) vs scikit-learn's loop
     from bandit import logistic, selector
     from bench_logistic import sklearn_loop
-    c = selector.candidates(t, trajectory.primary(t))[trajectory.primary(t)]
-    units_p, strata_p = ci._units(t, "prompt")
+    p0 = trajectory.primary(t)
+    c = selector.candidates(t, [p0])[p0]
+    _, strata_p = ci._units(t, "prompt")
     S = np.take(ci.resample_counts(strata_p, args.refit, 0).astype(float), c.prompt, axis=1)
     y = (np.delete(c.tau, c.q, 1).max(1) > c.tau[:, c.q]).astype(float)
     t_b, t_s = [], []

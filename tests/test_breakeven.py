@@ -124,8 +124,7 @@ def test_report_from_logs_labels_and_cis(tmp_path):
     assert all(b.label == ("MODEL" if k == "selector_speedup" else "SIM") for k, b in r.selector.items())
     # best-of-N gain against a direct computation on the primary's block set
     from bandit import trajectory
-    b = trajectory.block_set(t)
-    tau = trajectory.block_tokens(t, b)
+    tau = trajectory.block_tokens(t, trajectory.block_mask(t))
     pj = t.drafters.index(r.primary)
     assert r.bon_gain.value == pytest.approx(tau.max(1).sum() / tau[:, pj].sum() - 1)
     p = t.drafters.index(r.primary)
