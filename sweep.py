@@ -29,10 +29,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 # ---- The embedded default (the zoo issue provides the models; tune the sizes here) ----
-DEFAULT_PROMPTS_PER_WORKLOAD = 300  # prompts per workload in `python sweep.py`: all 300 held-out prompts took 447 s on 2 CPU cores
+DEFAULT_PROMPTS_PER_WORKLOAD = 240  # prompts per workload in the dense phase of `python sweep.py`; sized so that dense + live phase take about 8 min on 2 CPU cores
 DEFAULT_MAX_NEW_TOKENS = 128  # output tokens per prompt
 DEFAULT_K = 8
-DEFAULT_CALIBRATION_PROMPTS = 2  # prompts each drafter decodes live for the timing calibration
+DEFAULT_LIVE_PROMPTS = 30  # live phase: prompts per workload decoded for real by every configuration
 DEFAULT_GENERATOR = "ngram"  # dense: the target's output comes from speculative decoding with it (exact)
 DEFAULT_TARGET = "zoo/target"
 DEFAULT_DRAFTERS = ["ngram=ngram", "suffix=suffix", "draft=draft:path=zoo/draft", "medusa=medusa:path=zoo/medusa",
@@ -112,7 +112,11 @@ def main(
     generator: Optional[str] = typer.Option(None, help="dense: make the target's output by speculative decoding "
                                             "with this drafter (identical output, fewer target passes)"),
     policy: Optional[str] = typer.Option(None, help="live: module.path:Class[:k=v] choosing a drafter per block"),
-    calibrate: int = typer.Option(0, help="prompts per drafter in a live timing-calibration phase after the sweep"),
+    calibrate: int = typer.Option(0, help="prompts per drafter in a short live timing calibration after the sweep "
+                                  "(ignored when --live-prompts is given)"),
+    live_prompts: int = typer.Option(0, help="live phase after a dense sweep: a seeded sample of N prompts per "
+                                     "workload decoded for real by every fixed drafter and by best-of-N "
+                                     "(live.jsonl; the embedded default uses 30)"),
     threads: int = typer.Option(0, help="torch CPU threads (0: 1 on cpu, where small models lose more to "
                                 "thread hand-offs than they gain; torch's default on cuda)"),
 ):
@@ -132,7 +136,7 @@ def main(
         if not workload_file:
             workloads = workloads or ",".join(DEFAULT_WORKLOADS)
         limit = limit if limit is not None else DEFAULT_PROMPTS_PER_WORKLOAD
-        calibrate = calibrate or DEFAULT_CALIBRATION_PROMPTS
+        live_prompts = live_prompts or DEFAULT_LIVE_PROMPTS
         if not (resume and out is None):  # --resume alone: the newest incomplete run under runs/
             out = out or str(REPO / "runs" / f"zoo-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
     try:
@@ -140,7 +144,8 @@ def main(
                   workload_path=_kv_list(workload_path, "--workload-path"), data=data, models=models, mode=mode,
                   k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, out=out, resume=resume,
                   limit=limit, device=device, dtype=dtype, behaviour=behaviour, generator=generator, policy=policy,
-                  calibrate=calibrate, threads=threads, runs_root=REPO / "runs" if default else None)
+                  calibrate=calibrate, live_prompts=live_prompts, threads=threads,
+                  runs_root=REPO / "runs" if default else None)
     except (HarnessError, WorkloadError) as e:
         fail(str(e))
 
@@ -168,7 +173,7 @@ def _ids_sha(ids) -> str:
 def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_path=None, data=None, models=None,
               mode="dense", k=8, max_new_tokens=128, temperature=0.0, seed=0, out=None, resume=False, limit=None,
               device="cpu", dtype="float32", behaviour=None, generator=None, policy=None, calibrate=0, threads=0,
-              quiet=False, runs_root=None):
+              quiet=False, runs_root=None, live_prompts=0):
     """Validate everything, then run. Returns the run directory."""
     import torch
     import workloads as wlmod
@@ -192,6 +197,10 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
         raise lm.HarnessError(f"--device {device}: CUDA is not available on this machine")
     if limit is not None and limit < 1:
         raise lm.HarnessError(f"--limit {limit}: must be >= 1")
+    if live_prompts < 0 or calibrate < 0:
+        raise lm.HarnessError(f"--live-prompts {live_prompts} / --calibrate {calibrate}: must be >= 0")
+    if live_prompts and mode != "dense":
+        raise lm.HarnessError("--live-prompts: the live phase follows a dense sweep (--mode dense)")
     if out is not None:
         preflight(out, resume)
     names_given = [w for w in (workloads or "").split(",") if w.strip()]
@@ -241,14 +250,16 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
                                workload_path=workload_path, data=data)
     prompt_sha = {(wl, pid): _ids_sha(ids) for wl, pid, ids in prompts}
     rd = RunDir(run_dir, manifest, resume, settings=settings, prompt_sha=prompt_sha)
+    make = lambda: build_drafters(specs, env)  # noqa: E731 - fresh drafters for the live phase
     try:
         return _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, seed, mode, calibrate,
-                      quiet)
+                      quiet, live_prompts, make)
     finally:
         rd.close()
 
 
-def _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, seed, mode, calibrate, quiet):
+def _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, seed, mode, calibrate, quiet,
+           live_prompts=0, make_drafters=None):
     from tqdm import tqdm
 
     from harness.calibrate import live_phase, time_verify
@@ -284,6 +295,17 @@ def _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, s
         vm, vb = time_verify(tgt, pre, k, len(drafters))
         timing = {"verify_ms": vm, "verify_batch_ms": vb,
                   "drafter_ms": {n: (round(statistics.median(v), 4) if v else None) for n, v in live_ms.items()}}
+    elif live_prompts > 0:
+        from harness import livephase
+        n_live = len(livephase.sample(prompts, live_prompts, seed))
+        configs = livephase.configurations(list(drafters))
+        say(f"live phase: {n_live} prompts x {len(configs)} configurations ({', '.join(configs)})")
+        lbar = tqdm(total=n_live * len(configs), unit="decode", desc="live", disable=quiet, dynamic_ncols=True)
+        summary = livephase.run(rd, tgt, make_drafters, prompts, RunConfig("live", k, max_new_tokens, temperature,
+                                                                            seed), live_prompts, lbar.update)
+        lbar.close()
+        timing = livephase.timing(rd, tgt, prompts, k, len(drafters))
+        rd.manifest["live"] = summary
     elif calibrate > 0:
         say(f"live calibration phase: {calibrate} prompt(s) per drafter")
         cal = prompts[:calibrate]

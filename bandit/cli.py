@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import typer
 
-from bandit import __version__, breakeven, ci, core, logs, replay, selector
+from bandit import __version__, breakeven, ci, core, logs, replay, selector, wallclock
 from bandit.errors import boundary
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Counterfactual analysis of multi-drafter speculative decoding logs.")
 for name, module in (("validate", logs), ("replay", replay), ("ci", ci), ("selector", selector),
-                     ("breakeven", breakeven), ("policies", core)):
+                     ("breakeven", breakeven), ("wallclock", wallclock), ("policies", core)):
     app.command(name)(boundary(module.cli))
 
 

@@ -7,7 +7,9 @@
   trajectory every drafter drafts from the identical prefix and the target verifies all
   drafts in one forward; the behaviour drafter's draft advances the output.
 * live: real speculative decoding with one drafter, or with a policy choosing a drafter
-  per block (only the chosen drafter is observed); wall times per block.
+  per block (only the chosen drafter is observed), or best-of-N (`best_of_n=True`: every
+  drafter drafts, one tree forward verifies all drafts, the longest accepted one advances
+  the output; ties go to the first drafter); wall times per block.
 
 Draft length at output position pos is min(k, max_new_tokens - 1 - pos) in every mode, so a
 block never overruns the budget and the three modes see the same prefixes and drafts.
@@ -106,14 +108,18 @@ class PromptResult:
 
 
 class Engine:
-    def __init__(self, target: Target, drafters: dict, cfg: RunConfig, policy=None, workloads: list[str] = ()):
+    def __init__(self, target: Target, drafters: dict, cfg: RunConfig, policy=None, workloads: list[str] = (),
+                 best_of_n: bool = False):
         cfg.check(list(drafters))
         self.target, self.drafters, self.cfg, self.policy = target, drafters, cfg, policy
+        self.best_of_n = best_of_n
+        if best_of_n and (cfg.mode != "live" or policy is not None):
+            raise HarnessError("best-of-N is a live mode without a policy")
         self.names = list(drafters)
         self.workloads = list(workloads)
         self.n_prompts = 0
         self.dev = target.device
-        if cfg.mode == "live" and policy is None and len(drafters) != 1:
+        if cfg.mode == "live" and policy is None and not best_of_n and len(drafters) != 1:
             raise HarnessError(f"--mode live runs one drafter, or a --policy choosing among several; "
                                f"got {len(drafters)} drafters and no policy")
         if policy is not None:  # bandit/replay.py's protocol passes timing; a minimal policy may not take it
@@ -134,14 +140,17 @@ class Engine:
         for d in self.drafters.values():
             getattr(d, "finish", lambda *a: None)(y)
 
-    def run_prompt(self, workload: str, prompt_id: str, prompt: list[int]) -> PromptResult:
+    def run_prompt(self, workload: str, prompt_id: str, prompt: list[int], finish: bool = True) -> PromptResult:
+        """`finish=False`: do not hand the output to the drafters (the caller does, once,
+        when several configurations decode the same prompt)."""
         if not prompt:
             raise HarnessError(f"{workload}/{prompt_id}: empty prompt")
         pkey = prompt_key(self.cfg.seed, workload, prompt_id)
         self._start(workload, prompt_id)
         fn = self._dense if self.cfg.mode == "dense" else self._trajectory
         res = fn(workload, prompt_id, list(prompt), pkey)
-        self._finish(res.output)
+        if finish:
+            self._finish(res.output)
         self.n_prompts += 1
         return res
 
@@ -197,6 +206,8 @@ class Engine:
         if self.cfg.mode == "sparse":
             b = self.cfg.behaviour or self.names[0]
             return [b] + [n for n in self.names if n != b], None
+        if self.best_of_n:
+            return list(self.names), None
         if self.policy is None:
             return self.names[:1], None
         choice = self.policy.choose(ctx)
@@ -214,13 +225,14 @@ class Engine:
         fbuf = torch.zeros(len(prompt) + cfg.max_new_tokens + cfg.k + 2, H, device=dev,
                            dtype=next(tgt.model.parameters()).dtype)
         cache, ids, y, c = lm.new_cache(), list(prompt), [], 0  # the cache covers ids[:c]
+        t0 = now_ms(dev)
         if len(prompt) > 1:  # prefill, so that feature-reading drafters see the prompt's features
             _, f = lm.forward(tgt.model, torch.tensor(prompt[:-1], device=dev), cache, hidden=True)
             fbuf[: len(prompt) - 1] = f
             c = len(prompt) - 1
         D = len(self.names)
         prev_acc, prev_feat = np.full(D, np.nan), np.full((D, 4), np.nan)
-        recs, timings = [], {"verify": [], "draft": {n: [] for n in self.names}}
+        recs, timings = [], {"verify": [], "draft": {n: [] for n in self.names}, "prefill_ms": now_ms(dev) - t0}
         wl_i = self.workloads.index(wl) if wl in self.workloads else -1
         while len(y) < cfg.max_new_tokens:
             pos = len(y)
@@ -258,15 +270,18 @@ class Engine:
             target_ms = now_ms(dev) - t0
             n_verified = len(trunk) + sum(len(drafts[n].tokens) for n in order)
             timings["verify"].append((n_verified, len(order), target_ms))
-            v0 = verdicts[0]
+            j = max(range(len(order)), key=lambda i: (verdicts[i].accepted, -i)) if self.best_of_n else 0
+            v0 = verdicts[j]
             a = v0.accepted
-            new = drafts[order[0]].tokens[:a]
+            new = drafts[order[j]].tokens[:a]
             if not (new and new[-1] in tgt.eos):
                 new = new + [v0.choices[a]]
             fbuf[c: c + len(trunk)] = tf
-            fbuf[c + len(trunk): c + len(trunk) + a] = cf[0][:a]
-            c = c + len(trunk) + a
-            lm.crop(cache, c)
+            fbuf[c + len(trunk): c + len(trunk) + a] = cf[j][:a]
+            src = c + len(trunk) + sum(len(drafts[n].tokens) for n in order[:j])  # chain j's keys
+            c = c + len(trunk)
+            lm.move_span(cache, c, src, a)
+            c = c + a
             rec = self._head(wl, pid, pos)
             rec["block"] = len(recs)
             rec["drafts"] = {}
@@ -281,7 +296,7 @@ class Engine:
             rec["target_ms"] = _r(target_ms, 3)
             recs.append(rec)
             if self.policy is not None and not only:
-                self.policy.update(ctx, self.names.index(order[0]), acc, obs)
+                self.policy.update(ctx, self.names.index(order[j]), acc, obs)
             prev_acc = acc
             prev_feat = np.where(obs[:, None], prev_feat, np.nan)
             ids += new

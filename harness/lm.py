@@ -111,6 +111,22 @@ def crop(cache, keep: int) -> None:
         cache.crop(-(n - keep))
 
 
+def move_span(cache, dst: int, src: int, n: int) -> None:
+    """Copy the cache's positions src..src+n-1 to dst..dst+n-1, then keep dst+n positions.
+
+    After a tree verify the chains' keys lie one after another; the chain that advances
+    the output need not be the first (best-of-N), and its keys were computed at the
+    positions right after the prefix, so moving them there is exact."""
+    if n and src != dst:
+        layers = getattr(cache, "layers", None)
+        pairs = ([(la.keys, la.values) for la in layers] if layers is not None
+                 else list(zip(cache.key_cache, cache.value_cache)))  # 4.x
+        for k, v in pairs:
+            k[..., dst: dst + n, :] = k[..., src: src + n, :].clone()
+            v[..., dst: dst + n, :] = v[..., src: src + n, :].clone()
+    crop(cache, dst + n)
+
+
 def forward(model, ids: torch.Tensor, cache, pos: torch.Tensor | None = None, allow: torch.Tensor | None = None,
             hidden: bool = False):
     """Run `model` on ids (Q,) after the `cache` (extended in place). pos (Q,): position ids

@@ -6,6 +6,8 @@
                                     blocks file and its output tokens
     runs/<run>/settings.json        the record-changing settings the manifest lacks (max_new_tokens,
                                     dtype, generator, prompt sources, ...), compared on `--resume`
+    runs/<run>/live.jsonl           the live phase: one line per configuration and sampled prompt
+                                    (harness/livephase.py)
     runs/<run>/run.lock             held (flock) by the sweep writing the run; pid and host inside
 
 A prompt counts as finished only once its progress line is on disk, and that line is
@@ -405,6 +407,13 @@ class RunDir:
     def write_text(self, name: str, text: str) -> None:
         """Another file of the run directory (never through a symlink)."""
         _atomic_write(self.dir / name, text)
+
+    def append_text(self, name: str, text: str) -> None:
+        """Append to another file of the run directory, durably (never through a symlink)."""
+        with _open_append(self.dir / name) as fh:
+            fh.write(text.encode())
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def append(self, workload: str, prompt_id: str, records: list[dict], output: list[int]) -> None:
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()

@@ -1,7 +1,8 @@
 """Generate the paper draft and the README's results block from runs/ alone.
 
 No number in README.md, paper/draft.md or NEGATIVE_RESULTS.md is typed by hand: they are rendered here
-from `runs/ci.json`, `runs/breakeven.txt`, `runs/core.txt`, `runs/selector.txt` and `runs/coverage.json`,
+from `runs/ci.json`, `runs/breakeven.txt`, `runs/core.txt`, `runs/selector.txt`, `runs/wallclock.json` and
+`runs/coverage.json`,
 with each number's label and CI (NEGATIVE_RESULTS.md from the template paper/negative_results.md, whose
 figures are {{ci:NAME}} / {{line:FILE:WORDS}} quotes).
 `tests/test_generated_docs.py` fails when the committed text drifts from what this prints.
@@ -154,6 +155,30 @@ def coverage_block(runs: Path) -> str:
     return "\n".join(out)
 
 
+def wallclock_block(runs: Path) -> str:
+    path = runs / "wallclock.json"
+    if not path.exists():
+        return "(no `runs/wallclock.json`: run `python bandit/wallclock.py`)"
+    w = json.loads(path.read_text())
+    same, agree = w["same_as_dense"], w["passes_agree"]
+    out = [f"Wall clock: tokens/s of every configuration decoded in the live phase of `{w['run']}`, predicted from "
+           "the dense log by the timing model fitted on the live decodes of the other prompts [MODEL], against the "
+           f"measured [MEASURED] (`python bandit/wallclock.py` -> `runs/wallclock.json`, `runs/wallclock.png`; "
+           f"docs/DESIGN.md, \"Wall clock\"). Live outputs equal to the dense phase's: {same[0]} of {same[1]} decodes; "
+           f"target passes equal to the dense-log walk's: {agree[0]} of {agree[1]}. Intervals: {w['ci']}.", "",
+           "| configuration | predicted tokens/s [MODEL] | measured tokens/s [MEASURED] | measured / predicted | "
+           "measured speedup over the primary [MEASURED] | prompts |", "|---|---|---|---|---|---|"]
+    for e in w["entries"]:
+        sp = e.get("speedup_over_primary")
+        spc = (f"{sp['measured']:.3f} [{sp['measured_ci'][0]:.3f}, {sp['measured_ci'][1]:.3f}]" if sp
+               else "(the primary)")
+        out.append(f"| {e['config']} | {e['predicted_tokens_per_s']:.1f} [{e['predicted_ci'][0]:.1f}, "
+                   f"{e['predicted_ci'][1]:.1f}] | {e['measured_tokens_per_s']:.1f} [{e['measured_ci'][0]:.1f}, "
+                   f"{e['measured_ci'][1]:.1f}] | {e['measured_over_predicted']:.3f} [{e['ratio_ci'][0]:.3f}, "
+                   f"{e['ratio_ci'][1]:.3f}] | {spc} | {e['n_prompts']} |")
+    return "\n".join(out)
+
+
 def verbatim(runs: Path, name: str, command: str) -> str:
     """A derived text output of runs/, quoted whole (it carries its own labels and provenance)."""
     txt = runs / name
@@ -171,6 +196,7 @@ def results_block(runs: Path) -> str:
         grid_table(by, r"tokens_per_pass\[(.+)\]\[(.+)\]", "Tokens per target pass along each fixed drafter's own trajectory"),
         grid_table(by, r"mean_accepted\[(.+)\]\[(.+)\]", "Mean accepted tokens per block at the primary's block starts"),
         selector_table(by),
+        wallclock_block(runs),
         coverage_block(runs),
     ])
 

@@ -146,8 +146,8 @@ def test_live_mode_run(zoo, tmp_path):
 
 
 def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
-    """`python sweep.py` with no model flags: the zoo layout, every default drafter, a live
-    calibration phase, logs that load. Here the zoo is a tiny stand-in under a fake repo."""
+    """`python sweep.py` with no model flags: the zoo layout, every default drafter, the live
+    phase (every fixed drafter and best-of-N), logs that load. Here the zoo is a tiny stand-in under a fake repo."""
     import shutil
 
     import workloads
@@ -159,7 +159,7 @@ def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
         write_workload_file(repo / "zoo/workloads" / f"{w}.jsonl", [(w, f"{w}1", f"{w}: abc abc abc")])
     monkeypatch.setattr(sweep, "REPO", repo)
     monkeypatch.setattr(workloads, "ZOO_WORKLOADS", repo / "zoo/workloads")
-    monkeypatch.setattr(sweep, "DEFAULT_CALIBRATION_PROMPTS", 1)
+    monkeypatch.setattr(sweep, "DEFAULT_LIVE_PROMPTS", 1)
     code, text = _cli(["--max-new-tokens", "12"])
     assert code == 0, text
     (run,) = (repo / "runs").iterdir()
@@ -171,3 +171,6 @@ def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
     assert m["target"]["path"] == "zoo/target" and m["k"] == sweep.DEFAULT_K and "timing" in m
     assert m["drafters"]["draft"]["settings"]["path"] == "zoo/draft"  # repository-relative: manifests travel
     assert m["drafters"]["cascade"]["settings"]["of"] == "draft+ngram"
+    live = [json.loads(x) for x in (run / "live.jsonl").read_text().splitlines()]
+    assert len(live) == len(sweep.DEFAULT_WORKLOADS) * (len(sweep.DEFAULT_DRAFTERS) + 1)  # one prompt per workload
+    assert {r["config"] for r in live} >= {"best_of_n", "fixed:ngram"} and m["live"]["prompts"] == 4

@@ -146,3 +146,30 @@ class CutOne(RoundRobin):
     def choose(self, ctx):
         self.lens.append(ctx.draft_len.copy())
         return (0, 1)
+
+
+def test_live_best_of_n_equals_generate_and_advances_by_the_longest(zoo):
+    # the advancing draft is often not the first one, so its keys must be moved into place
+    drafters = _drafters(zoo, extra=[f"self=draft:path={zoo['target']}"])
+    names = list(drafters)
+    order = [n for n in names if n != "self"] + ["self"]  # the perfect drafter last
+    eng = Engine(Target(zoo["model"], zoo["tok"]), {n: drafters[n] for n in order},
+                 RunConfig("live", 4, MAX_NEW), best_of_n=True)
+    for _, _, text in PROMPTS[:2]:
+        prompt = zoo["tok"](text).input_ids
+        ref = zoo["model"].generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False,
+                                    min_new_tokens=MAX_NEW)[0, len(prompt):].tolist()
+        res = eng.run_prompt("w", "p", prompt)
+        assert res.output == ref
+        pos = [r["pos"] for r in res.records]
+        best = [max(d["accepted"] for d in r["drafts"].values()) for r in res.records]
+        assert pos == list(np.cumsum([0] + [b + 1 for b in best[:-1]]))
+        assert all(set(r["drafts"]) == set(order) for r in res.records)  # every drafter observed
+        assert all(v[1] == len(order) for v in res.timings["verify"])  # one tree forward of all drafts
+        assert res.timings["prefill_ms"] >= 0
+
+
+def test_best_of_n_is_live_only(zoo):
+    drafters = _drafters(zoo)
+    with pytest.raises(lm.HarnessError, match="best-of-N"):
+        Engine(Target(zoo["model"], zoo["tok"]), drafters, RunConfig("dense", 4, MAX_NEW), best_of_n=True)

@@ -131,11 +131,104 @@ def render_card(name: str, info: dict, src: dict) -> str:
 
 LOOKUP = ("ngram", "suffix")
 MODEL_BASED = ("draft", "medusa", "eagle")
-WELL_ABOVE_ZERO = 0.5   # mean accepted tokens per block a model-based drafter must exceed
+WELL_ABOVE_ZERO = 0.3   # mean accepted tokens per block a model-based drafter must exceed
+MIN_OUTPUT = 16         # output tokens an output needs to count as one a researcher would read
+MIN_LONG_SHARE = 0.95   # share of each workload's prompts that must reach MIN_OUTPUT
+MAX_LOOP_SHARE = 0.10   # pooled share of outputs that may end in a short loop (must stay below)
+LOOP_PERIOD, LOOP_REPEATS = 4, 4
+
+
+def ends_in_loop(tokens, max_period: int = LOOP_PERIOD, min_repeats: int = LOOP_REPEATS) -> bool:
+    """Whether `tokens` ends in a short loop: for some period p in 1..max_period, its last
+    min_repeats * p tokens are one block of p tokens repeated min_repeats times."""
+    o = list(tokens)
+    for p in range(1, max_period + 1):
+        if len(o) >= min_repeats * p and all(o[-i - 1] == o[-i - 1 - p] for i in range((min_repeats - 1) * p)):
+            return True
+    return False
+
+
+def output_stats(progress_path) -> dict[str, dict[str, int]]:
+    """Per workload (in order of first appearance) of a run's progress.jsonl: n (outputs),
+    ge16 (outputs of at least MIN_OUTPUT tokens), loop (outputs ending in a short loop, see
+    `ends_in_loop`), tokens (output tokens in all) and missing (progress lines without an
+    "output", skipped). Blank lines are skipped; any other line that is not a JSON object with
+    a workload raises ValueError naming the file and line."""
+    from pathlib import Path
+    path = Path(progress_path)
+    stats: dict[str, dict[str, int]] = {}
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{path}:{lineno}: malformed progress line ({e})") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("workload"), str):
+                raise ValueError(f"{path}:{lineno}: progress line is not an object with a workload")
+            s = stats.setdefault(rec["workload"], dict(n=0, ge16=0, loop=0, tokens=0, missing=0))
+            out = rec.get("output")
+            if out is None:
+                s["missing"] += 1
+                continue
+            if not isinstance(out, list):
+                raise ValueError(f"{path}:{lineno}: output is not a list of token ids")
+            s["n"] += 1
+            s["ge16"] += len(out) >= MIN_OUTPUT
+            s["loop"] += ends_in_loop(out)
+            s["tokens"] += len(out)
+    return stats
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{100 * k / n:.1f}%" if n else "no outputs"
+
+
+def _at_least(k: int, n: int, share: float) -> bool:
+    """k / n >= share, in integer percent (no float rounding at the boundary)."""
+    return k * 100 >= round(100 * share) * n
+
+
+def output_gates(stats: dict) -> list[tuple[str, bool, str]]:
+    """The output-quality gates from `output_stats`: every workload has at least MIN_OUTPUT
+    tokens on MIN_LONG_SHARE of its prompts, and fewer than MAX_LOOP_SHARE of all outputs end
+    in a short loop (the detail gives each workload's share too, naming those over it). A
+    workload without outputs fails the first gate (nothing to show); so does a run without any."""
+    def short(s):
+        return not (s["n"] and _at_least(s["ge16"], s["n"], MIN_LONG_SHARE))
+
+    def loopy(s):
+        return bool(s["n"]) and _at_least(s["loop"], s["n"], MAX_LOOP_SHARE)
+
+    long_ok = bool(stats) and not any(short(s) for s in stats.values())
+    long_detail = ", ".join(f"{w} {_pct(s['ge16'], s['n'])}"
+                            + (f" (under {100 * MIN_LONG_SHARE:.0f}%)" if s["n"] and short(s) else "")
+                            for w, s in stats.items()) or "no outputs"
+    pooled = {k: sum(s[k] for s in stats.values()) for k in ("n", "loop")}
+    loop_ok = bool(pooled["n"]) and not loopy(pooled)
+    loop_detail = f"pooled {_pct(pooled['loop'], pooled['n'])}" + "".join(
+        f"{'; ' if i == 0 else ', '}{w} {_pct(s['loop'], s['n'])}"
+        + (f" (over {100 * MAX_LOOP_SHARE:.0f}%)" if loopy(s) else "")
+        for i, (w, s) in enumerate(stats.items()))
+    return [(f"at least {MIN_OUTPUT} output tokens on >= {100 * MIN_LONG_SHARE:.0f}% of the prompts of "
+             "every workload", long_ok, long_detail),
+            (f"fewer than {100 * MAX_LOOP_SHARE:.0f}% of all outputs end in a short loop (period <= "
+             f"{LOOP_PERIOD}, >= {LOOP_REPEATS} repeats)", loop_ok, loop_detail)]
+
+
+def _output_table(stats: dict) -> str:
+    rows = [f"| workload | prompts | >= {MIN_OUTPUT} output tokens | ends in a loop | mean output length |",
+            "|---|---|---|---|---|"]
+    pooled = {k: sum(s[k] for s in stats.values()) for k in ("n", "ge16", "loop", "tokens")}
+    for w, s in [*stats.items(), ("pooled", pooled)]:
+        mean = f"{s['tokens'] / s['n']:.1f}" if s["n"] else "-"
+        rows.append(f"| {w} | {s['n']:,} | {_pct(s['ge16'], s['n'])} | {_pct(s['loop'], s['n'])} | {mean} |")
+    return "\n".join(rows)
 
 
 def acceptance(run) -> tuple[str, list[tuple[str, bool, str]]]:
-    """The card's acceptance table and the issue's quality gates, computed from a sweep run.
+    """The card's acceptance and output tables and the quality gates, computed from a sweep run.
 
     Returns (markdown, gates); each gate is (name, passed, what was measured)."""
     from pathlib import Path
@@ -170,6 +263,15 @@ def acceptance(run) -> tuple[str, list[tuple[str, bool, str]]]:
           "earlier outputs of the run, so it profits when the target repeats itself across "
           "prompts. Prompt lookup wins on `copy` only when the target copies its context: see "
           "the target card's in-context copying probe.")
+    stats = output_stats(run / "progress.jsonl")
+    stats = {**{w: stats[w] for w in W if w in stats}, **{w: s for w, s in stats.items() if w not in W}}
+    missing = sum(s["missing"] for s in stats.values())
+    md += (f"\n\n[{man['label']}] Outputs of the same run (`runs/{run.name}/progress.jsonl`), per "
+           f"workload: prompts, share with at least {MIN_OUTPUT} output tokens, share ending in a "
+           f"short loop (the last {LOOP_REPEATS}p tokens are one block of p <= {LOOP_PERIOD} tokens "
+           f"repeated {LOOP_REPEATS} times; `zoo.cards.ends_in_loop`), mean output length in tokens"
+           + (f" ({missing:,} progress lines without outputs skipped)" if missing else "")
+           + ".\n\n" + _output_table(stats))
     tab = {w: dict(zip(D, row)) for w, row in zip(W, table)}
     gates = []
     distinct = len({round(float(v), 2) for v in pooled}) == len(D)
@@ -188,6 +290,7 @@ def acceptance(run) -> tuple[str, list[tuple[str, bool, str]]]:
         gates.append(("every lookup drafter beats every model-based drafter on copy", bool(ok),
                       f"weakest lookup {worst_lookup} {tab['copy'][worst_lookup]:.2f} vs strongest "
                       f"model-based {best_model} {tab['copy'][best_model]:.2f}{hybrid}"))
+    gates += output_gates(stats)
     return md, gates
 
 
@@ -202,7 +305,7 @@ def refresh(run=None):
     md = None
     if run is not None:
         md, gates = acceptance(run)
-        md += "\n\nQuality gates (issue 6), from the same run:\n\n" + render_gates(gates)
+        md += "\n\nQuality gates, from the same run:\n\n" + render_gates(gates)
     for name in ("target", "draft", "medusa", "eagle"):
         p = ZOO_DIR / name / "training_info.json"
         if not p.exists():

@@ -560,6 +560,19 @@ def _order(uid: str) -> str:
     return hashlib.sha256(("workload:" + uid).encode()).hexdigest()
 
 
+def token_boundary_prompt(text: str, prompt: str) -> str:
+    """`prompt` (a prefix of the item `text`) cut back to a token boundary of `text`.
+
+    The byte-level pre-tokenizer attaches a whitespace run to the word after it ("\\n    return"
+    becomes "\\n   " + " return"), so a prompt that ends in whitespace ends in a token the
+    target never saw in that place: before an indented line, a lone newline token occurs in
+    training only at an item's end, and the target answered it with end-of-text (203 of 300
+    code prompts ended after one token). The whitespace belongs to the continuation."""
+    if not text.startswith(prompt):
+        raise ValueError("the prompt is not a prefix of its item's text")
+    return prompt.rstrip()
+
+
 def workload_records(seed=DEFAULT_SEED, n=N_PROMPTS) -> dict[str, list[dict]]:
     """The CPU workloads, from held-out (test split) items only, in a stable hashed order."""
     items = [it for it in corpus_items(seed) if it.split == "test"]
@@ -573,14 +586,15 @@ def workload_records(seed=DEFAULT_SEED, n=N_PROMPTS) -> dict[str, list[dict]]:
                 continue
             cut = max(4, int(len(lines) * frac))
             out["code"].append({"workload": "code", "prompt_id": f"{it.uid}@{cut}",
-                                "prompt": "".join(lines[:cut])})
+                                "prompt": token_boundary_prompt(it.text, "".join(lines[:cut]))})
     for it in sorted((it for it in items if it.domain == "math"), key=lambda it: _order(it.uid)):
         out["math"].append({"workload": "math", "prompt_id": it.uid, "prompt": it.prompt})
     for it in sorted((it for it in items if it.domain == "chat"), key=lambda it: _order(it.uid)):
         out["chat"].append({"workload": "chat", "prompt_id": it.uid,
                             "messages": [{"role": r, "content": c} for r, c in it.messages]})
     for it in sorted((it for it in items if it.domain == "copy"), key=lambda it: _order(it.uid)):
-        out["copy"].append({"workload": "copy", "prompt_id": it.uid, "prompt": it.prompt})
+        out["copy"].append({"workload": "copy", "prompt_id": it.uid,
+                            "prompt": token_boundary_prompt(it.text, it.prompt)})
     for w in out:
         seen, recs = set(), []
         for r in out[w]:

@@ -1,0 +1,312 @@
+"""Wall-clock: a timing model fitted on the live phase, its dense-log predictions checked against it.
+
+A campaign's live phase (`live.jsonl`, harness/livephase.py) decodes a seeded sample of prompts for
+real with every fixed drafter and with best-of-N. The step-time model (docs/DESIGN.md, "Wall clock"):
+
+    wall_ms(prompt) = b_prefill + b_prompt * prompt_len                  (prefill)
+                    + b_pass * passes + b_token * verified_tokens       (target verify + per-step overhead)
+                    + sum_d c_d * calls_d                              (each drafter's call time)
+
+fitted by non-negative least squares on the live decodes of every configuration pooled. A
+configuration's tokens/s is then *predicted from the dense log alone*: its passes, verified tokens
+and drafter calls come from walking the dense log along the configuration's own trajectory (fixed
+drafter: its own accepted lengths; best-of-N: the longest accepted at each block start), and the
+coefficients come from the other prompts only (5-fold cross-fitting over prompts), so no prompt's
+own wall time enters its prediction. Measured tokens/s = output tokens / wall time of the live
+decodes. Both are ratios of sums over the sampled prompts, with 95% percentile bootstrap intervals
+over prompt clusters resampled within workloads (the prediction's interval holds the coefficients
+fixed). `runs/wallclock.json` holds one entry per live configuration.
+"""
+from __future__ import annotations
+
+if __package__ in (None, ""):  # run as `python bandit/wallclock.py`: import our `bandit`, not a namesake
+    import pathlib, sys
+    sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+
+from bandit import trajectory
+from bandit.logs import BlockTable, LogError, default_inputs, load_logs
+
+LIVE_FILE = "live.jsonl"
+FOLDS = 5
+TERMS = ("prefill", "prompt_token", "pass", "verified_token")  # then one call-time term per drafter
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One live decode (a line of live.jsonl) beside what the dense log says of the same one."""
+    config: str
+    cluster: int                 # index into BlockTable.prompt_ids
+    workload: int
+    tokens: int                  # live output tokens
+    wall_ms: float
+    x_live: np.ndarray           # (len(TERMS) + D,) design row from the live decode
+    x_dense: np.ndarray          # (len(TERMS) + D,) design row from the dense log's trajectory
+    same_as_dense: bool
+
+
+def read_live(run: Path) -> list[dict]:
+    path = Path(run) / LIVE_FILE
+    if not path.is_file():
+        raise LogError(path, 0, "live.jsonl", "no live phase in this run (sweep.py --live-prompts N writes it)")
+    out = []
+    for i, raw in enumerate(path.read_text().splitlines(), 1):
+        try:
+            rec = json.loads(raw)
+        except ValueError as e:
+            raise LogError(path, i, "line", f"not JSON ({e})") from None
+        if not isinstance(rec, dict):
+            raise LogError(path, i, "line", "not a JSON object")
+        for f in ("config", "workload", "prompt_id", "prompt_len", "tokens", "passes", "verified", "calls",
+                  "wall_ms"):
+            if f not in rec:
+                raise LogError(path, i, f, "missing field")
+        for f in ("prompt_len", "tokens", "passes", "verified"):
+            if not isinstance(rec[f], int) or isinstance(rec[f], bool) or rec[f] < 0:
+                raise LogError(path, i, f, f"{rec[f]!r} is not a count")
+        w = rec["wall_ms"]
+        if not (isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0):
+            raise LogError(path, i, "wall_ms", f"{w!r} is not a positive number")
+        if not isinstance(rec["calls"], dict) or not all(isinstance(v, int) for v in rec["calls"].values()):
+            raise LogError(path, i, "calls", "not an object of call counts")
+        out.append(rec)
+    if not out:
+        raise LogError(path, 0, "live.jsonl", "empty")
+    return out
+
+
+def _trajectory_counts(t: BlockTable, config: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(passes (P,), verified tokens (P,), calls (P, D)) of `config` walked on the dense log."""
+    D = len(t.drafters)
+    if config == "best_of_n":
+        starts, passes = trajectory.walk(t, lambda r: t.accepted[r].max(1))
+        used = np.ones(D, bool)
+    elif config.startswith("fixed:") and config[6:] in t.drafters:
+        d = t.drafters.index(config[6:])
+        starts, passes = trajectory.walk(t, lambda r: t.accepted[r, d])
+        used = np.arange(D) == d
+    else:
+        raise LogError(LIVE_FILE, 0, "config", f"{config!r} names none of this log's drafters {list(t.drafters)}")
+    verified = np.bincount(t.prompt[starts], 1 + t.draft_len[starts][:, used].sum(1), minlength=t.n_prompts)
+    return passes, verified.astype(np.int64), passes[:, None] * used[None, :]
+
+
+def decodes(t: BlockTable, live: list[dict]) -> list[Decode]:
+    trajectory.require_dense(t)
+    index = {name: i for i, name in enumerate(t.prompt_ids)}
+    counts = {c: _trajectory_counts(t, c) for c in sorted({r["config"] for r in live})}
+    wl_of = np.zeros(t.n_prompts, np.int64)
+    wl_of[t.prompt] = t.workload
+    out = []
+    for r in live:
+        key = f"{r['workload']}/{r['prompt_id']}"
+        if key not in index:
+            raise LogError(LIVE_FILE, 0, "prompt_id", f"prompt {key} is not in the dense log")
+        p = index[key]
+        passes, verified, calls = counts[r["config"]]
+        x_live = np.r_[1.0, r["prompt_len"], r["passes"], r["verified"],
+                       [r["calls"].get(d, 0) for d in t.drafters]].astype(float)
+        x_dense = np.r_[1.0, r["prompt_len"], passes[p], verified[p], calls[p]].astype(float)
+        out.append(Decode(r["config"], p, int(wl_of[p]), int(r["tokens"]), float(r["wall_ms"]), x_live, x_dense,
+                          bool(r.get("same_as_dense", True))))
+    return out
+
+
+def fold_of(name: str) -> int:
+    return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % FOLDS
+
+
+def fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares: every term is a time, none can be negative."""
+    from scipy.optimize import nnls
+    return nnls(X, y)[0]
+
+
+@dataclass(frozen=True)
+class WallclockResult:
+    """Predicted against measured tokens/s per live configuration, and the fitted model."""
+    run: str
+    label: str
+    drafters: tuple[str, ...]
+    coef: dict[str, float]             # the model fitted on every live decode (ms per unit)
+    entries: list[dict]                # runs/wallclock.json's entries
+    n_prompts: int
+    same_as_dense: tuple[int, int]     # live decodes whose output equals the dense one, of all
+    passes_agree: tuple[int, int]      # live decodes whose passes equal the dense-log walk's, of all
+    ci_how: str
+    inputs: list[dict]
+
+    def to_json(self, code_version: str) -> dict:
+        return {"what": "predicted (dense log + timing model) against measured (live phase) tokens/s",
+                "run": self.run, "inputs": self.inputs, "code_version": code_version,
+                "model": {"coef_ms": self.coef, "fit": f"NNLS on every live decode; predictions {FOLDS}-fold "
+                          "cross-fitted over prompts", "definition": "docs/DESIGN.md, Wall clock"},
+                "ci": self.ci_how, "same_as_dense": list(self.same_as_dense),
+                "passes_agree": list(self.passes_agree), "entries": self.entries}
+
+
+def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 2000, seed: int = 0) -> WallclockResult:
+    dec = decodes(t, live)
+    names = list(TERMS) + [f"call:{d}" for d in t.drafters]
+    X = np.array([d.x_live for d in dec])
+    y = np.array([d.wall_ms for d in dec])
+    folds = np.array([fold_of(t.prompt_ids[d.cluster]) for d in dec])
+    pred = np.zeros(len(dec))
+    for f in range(FOLDS):
+        test = folds == f
+        if test.any():
+            coef = fit(X[~test], y[~test]) if (~test).any() else fit(X, y)
+            pred[test] = np.array([d.x_dense for d in dec])[test] @ coef
+    full = fit(X, y)
+    clusters = sorted({d.cluster for d in dec})
+    col = {c: i for i, c in enumerate(clusters)}
+    strata = np.zeros(len(clusters), np.int64)
+    for d in dec:
+        strata[col[d.cluster]] = d.workload
+    rng = np.random.default_rng(seed)
+    draws = np.zeros((n_resamples, len(clusters)))            # cluster multiplicities per resample
+    for w in np.unique(strata):
+        members = np.flatnonzero(strata == w)
+        pick = rng.integers(0, members.size, (n_resamples, members.size))
+        np.add.at(draws, (np.arange(n_resamples)[:, None], members[pick]), 1.0)
+    configs = list(dict.fromkeys(d.config for d in dec))
+    sums = {}
+    for c in configs:
+        S = np.zeros((len(clusters), 3))                    # per cluster: tokens, measured ms, predicted ms
+        for i, d in enumerate(dec):
+            if d.config == c:
+                S[col[d.cluster]] += (d.tokens, d.wall_ms, pred[i])
+        sums[c] = (S, draws @ S)
+
+    def iv(v):
+        return [round(float(np.percentile(v, 2.5)), 4), round(float(np.percentile(v, 97.5)), 4)]
+
+    def rates(c):  # (measured, predicted) tokens/s: point and resamples
+        S, B = sums[c]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return ((1000 * S[:, 0].sum() / S[:, 1].sum(), 1000 * B[:, 0] / B[:, 1]),
+                    (1000 * S[:, 0].sum() / S[:, 2].sum(), 1000 * B[:, 0] / B[:, 2]))
+    primary = f"fixed:{t.drafters[trajectory.primary(t)]}"
+    entries = []
+    for c in configs:
+        (meas, bm), (prd, bp) = rates(c)
+        e = {"config": c, "predicted_tokens_per_s": round(prd, 4), "predicted_ci": iv(bp),
+             "measured_tokens_per_s": round(meas, 4), "measured_ci": iv(bm),
+             "measured_over_predicted": round(meas / prd, 4), "ratio_ci": iv(bm / bp),
+             "n_prompts": int(sum(d.config == c for d in dec)), "label": "MEASURED", "predicted_label": "MODEL"}
+        if primary in sums and c != primary:  # the same resamples for both: a paired interval
+            (pm, pbm), (pp, pbp) = rates(primary)
+            e["speedup_over_primary"] = {"primary": primary, "measured": round(meas / pm, 4),
+                                         "measured_ci": iv(bm / pbm), "predicted": round(prd / pp, 4),
+                                         "predicted_ci": iv(bp / pbp)}
+        entries.append(e)
+    same = int(sum(d.same_as_dense for d in dec))
+    agree = int(sum(d.x_live[2] == d.x_dense[2] for d in dec))
+    how = (f"95% percentile bootstrap over prompt clusters resampled within workloads, {n_resamples} resamples, "
+           f"seed {seed}; predicted intervals hold the fitted coefficients fixed")
+    return WallclockResult(run=run, label=t.label, drafters=t.drafters,
+                           coef={n: round(float(v), 5) for n, v in zip(names, full)}, entries=entries,
+                           n_prompts=len(clusters), same_as_dense=(same, len(dec)), passes_agree=(agree, len(dec)),
+                           ci_how=how, inputs=[{"path": str(s.path), "sha256": s.sha256} for s in t.sources])
+
+
+def render(r: WallclockResult) -> str:
+    lines = [f"# wall clock: dense-log predictions against the live phase of {r.run}",
+             f"live sample: {r.n_prompts} prompts; outputs equal to the dense phase's in {r.same_as_dense[0]} of "
+             f"{r.same_as_dense[1]} decodes; target passes equal to the dense-log walk's in {r.passes_agree[0]} of "
+             f"{r.passes_agree[1]}",
+             "timing model (ms; NNLS on every live decode; docs/DESIGN.md, Wall clock) [MODEL]: "
+             + ", ".join(f"{k} {v:.4g}" for k, v in r.coef.items()),
+             f"CIs: {r.ci_how}", "",
+             "| configuration | predicted tokens/s [MODEL] | measured tokens/s [MEASURED] | measured / predicted | prompts |",
+             "|---|---|---|---|---|"]
+    for e in r.entries:
+        lo, hi = e["predicted_ci"]
+        mlo, mhi = e["measured_ci"]
+        rlo, rhi = e["ratio_ci"]
+        lines.append(f"| {e['config']} | {e['predicted_tokens_per_s']:.1f} [{lo:.1f}, {hi:.1f}] | "
+                     f"{e['measured_tokens_per_s']:.1f} [{mlo:.1f}, {mhi:.1f}] | "
+                     f"{e['measured_over_predicted']:.3f} [{rlo:.3f}, {rhi:.3f}] | {e['n_prompts']} |")
+    worst = max(r.entries, key=lambda e: abs(e["measured_over_predicted"] - 1))
+    lines += ["", f"largest miss: {worst['config']}, measured / predicted {worst['measured_over_predicted']:.3f} "
+              f"({'within' if abs(worst['measured_over_predicted'] - 1) <= 0.15 else 'outside'} 15%)"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(r: WallclockResult, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for i, e in enumerate(r.entries):
+        x, y = e["predicted_tokens_per_s"], e["measured_tokens_per_s"]
+        xe = [[x - e["predicted_ci"][0]], [e["predicted_ci"][1] - x]]
+        ye = [[y - e["measured_ci"][0]], [e["measured_ci"][1] - y]]
+        ax.errorbar(x, y, xerr=xe, yerr=ye, fmt="o", color=f"C{i % 10}", label=e["config"], capsize=3)
+    hi = 1.1 * max(max(e["predicted_ci"][1], e["measured_ci"][1]) for e in r.entries)
+    ax.plot([0, hi], [0, hi], color="grey", lw=0.8, label="identity")
+    ax.fill_between([0, hi], [0, 0.85 * hi], [0, 1.15 * hi], color="grey", alpha=0.1, lw=0, label="within 15%")
+    ax.set_xlim(0, hi)
+    ax.set_ylim(0, hi)
+    ax.set_xlabel("predicted tokens/s from the dense log [MODEL]")
+    ax.set_ylabel("measured tokens/s, live phase [MEASURED]")
+    ax.set_title(f"{r.run}: 95% CIs over prompts")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, metadata={"Software": None})
+    plt.close(fig)
+
+
+def run_dir_of(t: BlockTable) -> Path:
+    dirs = sorted({Path(s.path).parent for s in t.sources})
+    if len(dirs) != 1:
+        raise LogError(dirs[0] if dirs else "", 0, "paths", "wallclock reads one run directory (its live.jsonl "
+                       f"beside its dense log); got {len(dirs)}: " + ", ".join(map(str, dirs)))
+    return dirs[0]
+
+
+def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="a run directory (default: the default campaign)")] = None,
+        out: Annotated[Optional[Path], typer.Option(help="JSON file (default: runs/wallclock.json for the default "
+                                                         "campaign; none for a run given as PATH)")] = None,
+        resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples")] = 2000,
+        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
+    """Predicted (dense log + fitted timing model) against measured (live phase) tokens/s, with 95% CIs.
+
+    Reads one run's dense log and its live.jsonl; writes the JSON and a plot (predicted vs measured, identity
+    line) for the default campaign, or with --out.
+    """
+    typer.echo(main(paths or [], out, resamples, seed), nl=False)
+
+
+def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int = 0) -> str:
+    said = ""
+    if not paths:
+        paths, said = default_inputs()
+        out = Path("runs/wallclock.json") if out is None else out
+    t = load_logs(paths)
+    run = run_dir_of(t)
+    r = evaluate(t, read_live(run), run.name, n_resamples, seed)
+    text = render(r)
+    tail = ""
+    if out is not None:
+        from bandit.ci import code_version
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(r.to_json(code_version()), indent=2) + "\n")
+        plot(r, out.with_suffix(".png"))
+        tail = f"wrote {out} and {out.with_suffix('.png')}\n"
+    return (said + "\n" if said else "") + text + tail
+
+
+if __name__ == "__main__":
+    from bandit.errors import run as _run
+    _run(cli)

@@ -1,0 +1,147 @@
+"""The live phase of a campaign: real speculative decoding on a seeded sample of its prompts.
+
+After the dense phase, every live configuration decodes the same sample of prompts for real:
+each fixed drafter alone (`fixed:<name>`), and best-of-N (every drafter drafts, one tree
+forward verifies all drafts, the longest accepted one advances). For every (configuration,
+prompt) one line goes to `live.jsonl` in the run directory (fields below); `bandit/wallclock.py`
+fits its timing model on them and checks its dense-log predictions against them.
+
+The sample: per workload, the `n_per_workload` prompts whose sha256(seed:workload:prompt_id)
+is smallest, so that it does not depend on the order or the number of prompts beside them.
+
+Drafter state carried across prompts (the suffix drafter's corpus of earlier outputs) is what
+the dense phase had at the same prompt: the live phase walks the campaign's prompts in the
+sweep's order, hands every prompt's dense output to the drafters once (sampled or not), and
+decodes a sampled prompt with every configuration before that. Configurations take turns on
+each prompt, so drift in the machine's speed falls on all of them alike.
+
+live.jsonl fields (one line per configuration and prompt):
+    config       "fixed:<drafter>" | "best_of_n"
+    workload, prompt_id
+    prompt_len   tokens in the prompt
+    tokens       output tokens produced
+    passes       target forwards after the prefill (one verify per block)
+    verified     tokens through those verify forwards, summed (trunk + every draft)
+    calls        {drafter: draft calls}
+    wall_ms      the prompt's whole decode, prefill included
+    prefill_ms, verify_ms, draft_ms ({drafter: summed call time}) - parts of wall_ms
+    same_as_dense   whether the output equals the dense phase's (greedy: it must)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+from .engine import Engine, RunConfig
+from .target import now_ms
+
+LIVE_FILE = "live.jsonl"
+
+
+def sample(prompts: list[tuple[str, str, list[int]]], n_per_workload: int, seed: int) -> set[tuple[str, str]]:
+    """The seeded live sample: (workload, prompt_id) pairs, at most n per workload."""
+    by_wl: dict[str, list[tuple[str, str]]] = {}
+    for wl, pid, _ in prompts:
+        h = hashlib.sha256(f"{seed}:{wl}:{pid}".encode()).hexdigest()
+        by_wl.setdefault(wl, []).append((h, pid))
+    return {(wl, pid) for wl, hs in by_wl.items() for _, pid in sorted(hs)[:n_per_workload]}
+
+
+def configurations(names: list[str]) -> list[str]:
+    return [f"fixed:{n}" for n in names] + (["best_of_n"] if len(names) > 1 else [])
+
+
+def _line(config, wl, pid, ids, res, wall_ms, dense_output) -> dict:
+    t = res.timings
+    drafts = t["draft"]
+    return {"config": config, "workload": wl, "prompt_id": pid, "prompt_len": len(ids),
+            "tokens": len(res.output), "passes": len(t["verify"]),
+            "verified": int(sum(v[0] for v in t["verify"])),
+            "calls": {n: len(v) for n, v in drafts.items() if v},
+            "wall_ms": round(wall_ms, 3), "prefill_ms": round(t["prefill_ms"], 3),
+            "verify_ms": round(sum(v[2] for v in t["verify"]), 3),
+            "draft_ms": {n: round(sum(v), 3) for n, v in drafts.items() if v},
+            "same_as_dense": res.output == list(dense_output)}
+
+
+def read_done(rd, configs: list[str]) -> set[tuple[str, str]]:
+    """Prompts whose every configuration is in live.jsonl; rewrites the file to exactly those
+    (a killed live phase leaves at most one prompt half done, or a truncated last line)."""
+    path = rd.dir / LIVE_FILE
+    if not path.exists():
+        return set()
+    lines: dict[tuple[str, str], list[str]] = {}
+    for raw in path.read_text().splitlines():
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            break
+        lines.setdefault((rec["workload"], rec["prompt_id"]), []).append(raw)
+    want = set(configs)
+    done = {k for k, v in lines.items() if {json.loads(x)["config"] for x in v} == want}
+    rd.write_text(LIVE_FILE, "".join(x + "\n" for k, v in lines.items() if k in done for x in v))
+    return done
+
+
+def run(rd, target, make_drafters, prompts, cfg: RunConfig, n_per_workload: int, progress=None) -> dict:
+    """Decode the sample live with every configuration, appending to live.jsonl. Returns a
+    summary {"n_per_workload", "prompts": n, "configs": [...], "mismatches": [...]}."""
+    drafters = make_drafters()  # fresh instances: the dense phase's hold the state of its end
+    names = list(drafters)
+    configs = configurations(names)
+    live_cfg = RunConfig("live", cfg.k, cfg.max_new_tokens, cfg.temperature, cfg.seed)
+    engines = {f"fixed:{n}": Engine(target, {n: drafters[n]}, live_cfg) for n in names}
+    if "best_of_n" in configs:
+        engines["best_of_n"] = Engine(target, drafters, live_cfg, best_of_n=True)
+    chosen = sample(prompts, n_per_workload, cfg.seed)
+    done = read_done(rd, configs)
+    warm = next(((wl, pid, ids) for wl, pid, ids in prompts if (wl, pid) in chosen), None)
+    if warm is not None and len(done) < len(chosen):  # first calls pay one-off costs: not timed
+        for c in configs:
+            engines[c].run_prompt(*warm, finish=False)
+    mismatches = []
+    for wl, pid, ids in prompts:
+        out = rd.done[(wl, pid)]
+        if (wl, pid) in chosen and (wl, pid) not in done:
+            lines = []
+            for c in configs:
+                t0 = now_ms(target.device)
+                res = engines[c].run_prompt(wl, pid, ids, finish=False)
+                lines.append(_line(c, wl, pid, ids, res, now_ms(target.device) - t0, out))
+                if not lines[-1]["same_as_dense"]:
+                    mismatches.append(f"{c} on {wl}/{pid}")
+                if progress:
+                    progress(1)
+            rd.append_text(LIVE_FILE, "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines))
+        for d in drafters.values():
+            getattr(d, "finish", lambda *a: None)(list(out))
+    if mismatches and cfg.temperature == 0:
+        print(f"warning: live output differs from the dense phase's for {len(mismatches)} decodes "
+              f"(first: {mismatches[0]}); greedy decoding should not", file=sys.stderr)
+    return {"n_per_workload": n_per_workload, "prompts": len(chosen), "configs": configs,
+            "mismatches": mismatches[:20]}
+
+
+def timing(rd, target, prompts, k: int, n_drafters: int) -> dict:
+    """The manifest's timing calibration from the live phase: each drafter's mean call time in its
+    fixed configuration, and the target's verify time by verified tokens and by drafts per tree
+    (`harness.calibrate.time_verify`, on prefixes of four sampled prompts' outputs)."""
+    from .calibrate import time_verify
+    calls: dict[str, int] = {}
+    ms: dict[str, float] = {}
+    sampled = []
+    for raw in (rd.dir / LIVE_FILE).read_text().splitlines():
+        rec = json.loads(raw)
+        if not rec["config"].startswith("fixed:"):
+            continue
+        name = rec["config"].split(":", 1)[1]
+        calls[name] = calls.get(name, 0) + rec["calls"].get(name, 0)
+        ms[name] = ms.get(name, 0.0) + rec["draft_ms"].get(name, 0.0)
+        if (rec["workload"], rec["prompt_id"]) not in sampled:
+            sampled.append((rec["workload"], rec["prompt_id"]))
+    ids = {(wl, pid): p for wl, pid, p in prompts}
+    pre = [ids[key] + rd.done[key][: max(1, len(rd.done[key]) // 2)] for key in sampled[:4]]
+    vm, vb = time_verify(target, pre, k, n_drafters)
+    return {"verify_ms": vm, "verify_batch_ms": vb, "source": "live phase (live.jsonl)",
+            "drafter_ms": {n: round(ms[n] / calls[n], 4) for n in calls if calls[n]}}

@@ -1,0 +1,121 @@
+"""The live phase and the wall-clock model: live decodes equal the dense phase, the dense-log walk
+predicts their target passes exactly, a planted timing model is recovered, bad live files are refused."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import sweep
+from bandit import wallclock
+from bandit.logs import LogError, load_logs
+from harness import livephase
+from harness.tiny import make_zoo, write_workload_file
+
+torch.set_num_threads(1)
+PROMPTS = [("code", f"c{i}", f"def f{i}(x):\n    return x * {i} + {i}\n\ndef g{i}(y):\n") for i in range(6)] + [
+    ("copy", f"p{i}", f"{'abcdefg'[i:]} {'xyz' * i} {'abcdefg'[i:]}") for i in range(5)]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("live")
+    z = make_zoo(root)
+    wl = write_workload_file(root / "wl.jsonl", PROMPTS)
+    specs = [s for s in z["specs"] if not s.startswith("medusa")]
+    out = sweep.run_sweep(target=str(z["target"]), drafter=specs, workload_file=str(wl), out=str(root / "run"),
+                          k=4, max_new_tokens=40, quiet=True, live_prompts=3)
+    return {"dir": out, "specs": specs, "z": z, "wl": wl, "root": root}
+
+
+def _live(d):
+    return [json.loads(x) for x in (d / "live.jsonl").read_text().splitlines()]
+
+
+def test_live_phase_covers_the_sample_with_every_configuration(run):
+    live = _live(run["dir"])
+    names = [s.split("=")[0] for s in run["specs"]]
+    configs = [f"fixed:{n}" for n in names] + ["best_of_n"]
+    keys = {(r["workload"], r["prompt_id"]) for r in live}
+    assert len(keys) == 6 and {w for w, _ in keys} == {"code", "copy"}  # 3 per workload
+    assert sorted(r["config"] for r in live) == sorted(configs * 6)
+    assert all(r["same_as_dense"] for r in live)  # greedy: the live output is the dense phase's
+    for r in live:
+        assert r["prefill_ms"] + r["verify_ms"] + sum(r["draft_ms"].values()) <= r["wall_ms"] + 1e-6
+        assert r["tokens"] >= r["passes"] >= 1
+    man = json.loads((run["dir"] / "manifest.json").read_text())
+    assert man["live"]["prompts"] == 6 and set(man["timing"]["drafter_ms"]) == set(names)
+
+
+def test_dense_walk_predicts_the_live_passes_exactly(run):
+    t = load_logs([run["dir"]])
+    res = wallclock.evaluate(t, wallclock.read_live(run["dir"]), run["dir"].name, n_resamples=200)
+    assert res.passes_agree == (len(_live(run["dir"])), len(_live(run["dir"])))
+    assert res.same_as_dense[0] == res.same_as_dense[1]
+    for d in wallclock.decodes(t, wallclock.read_live(run["dir"])):
+        np.testing.assert_array_equal(d.x_live, d.x_dense)  # passes, verified tokens and calls, all of them
+
+
+def test_a_planted_timing_model_is_recovered(run):
+    t = load_logs([run["dir"]])
+    live = _live(run["dir"])
+    coef = {"prefill": 3.0, "prompt_token": 0.05, "pass": 1.5, "verified_token": 0.2}
+    call = {n: 0.5 + i for i, n in enumerate(t.drafters)}
+    for r in live:
+        r["wall_ms"] = (coef["prefill"] + coef["prompt_token"] * r["prompt_len"] + coef["pass"] * r["passes"]
+                        + coef["verified_token"] * r["verified"] + sum(call[d] * c for d, c in r["calls"].items()))
+    res = wallclock.evaluate(t, live, "planted", n_resamples=200)
+    for e in res.entries:
+        assert e["measured_over_predicted"] == pytest.approx(1.0, abs=1e-3)
+        lo, hi = e["measured_ci"]
+        assert lo <= e["measured_tokens_per_s"] <= hi
+    for d in t.drafters:
+        assert res.coef[f"call:{d}"] == pytest.approx(call[d], rel=1e-3)
+    # every prompt's prediction comes from the other folds: a slow machine on one fold's decodes shows as a miss
+    fold0 = {r["prompt_id"] for r in live if wallclock.fold_of(f"{r['workload']}/{r['prompt_id']}") == 0}
+    assert fold0 and len(fold0) < 6
+    for r in live:
+        r["wall_ms"] *= 2.0 if r["prompt_id"] in fold0 else 1.0
+    res2 = wallclock.evaluate(t, live, "planted", n_resamples=200)
+    assert max(abs(e["measured_over_predicted"] - 1) for e in res2.entries) > 0.02
+
+
+def test_live_phase_resumes_after_a_half_written_prompt(run, tmp_path):
+    import shutil
+    d = tmp_path / "copy"
+    shutil.copytree(run["dir"], d)
+    lines = (d / "live.jsonl").read_text().splitlines()
+    (d / "live.jsonl").write_text("\n".join(lines[:-3]) + "\n" + lines[-3][:20])  # a prompt cut mid-way
+    sweep.run_sweep(target=str(run["z"]["target"]), drafter=run["specs"], workload_file=str(run["wl"]),
+                    out=str(d), k=4, max_new_tokens=40, quiet=True, live_prompts=3, resume=True)
+    timing = ("wall_ms", "prefill_ms", "verify_ms", "draft_ms")
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in timing} for r in rs]  # noqa: E731
+    assert strip(_live(d)) == strip(_live(run["dir"]))
+
+
+def test_sample_is_seeded_and_order_free():
+    ps = [(w, f"{w}{i}", [1]) for w in ("a", "b") for i in range(20)]
+    s = livephase.sample(ps, 5, 0)
+    assert len(s) == 10 and s == livephase.sample(ps[::-1], 5, 0)
+    assert s != livephase.sample(ps, 5, 1)
+    assert livephase.sample(ps, 50, 0) == {(w, p) for w, p, _ in ps}
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda r: r.pop("wall_ms"), "wall_ms: missing field"),
+    (lambda r: r.update(passes=1.5), "passes: 1.5 is not a count"),
+    (lambda r: r.update(wall_ms=math.nan), "not a positive number"),
+    (lambda r: r.update(wall_ms=-1), "not a positive number"),
+])
+def test_bad_live_lines_are_refused_with_their_line(run, tmp_path, edit, match):
+    live = _live(run["dir"])
+    edit(live[1])
+    (tmp_path / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live))
+    with pytest.raises(LogError, match=rf"live.jsonl:2: .*{match}"):
+        wallclock.read_live(tmp_path)
+
+
+def test_no_live_phase_is_a_clear_error(tmp_path):
+    with pytest.raises(LogError, match="no live phase"):
+        wallclock.read_live(tmp_path)
