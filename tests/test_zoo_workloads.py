@@ -35,3 +35,26 @@ def test_workloads_regenerate_identically_from_heldout_items():
         assert recs[w] == _read(w), f"zoo/workloads/{w}.jsonl differs from its generator"
         for r in recs[w]:
             assert r["prompt_id"].split("@")[0] in test_uids
+
+
+def test_prompts_end_at_a_token_boundary_of_their_items():
+    """A prompt's tokens are a prefix of its whole item's tokens (no lone trailing-whitespace token: the target
+    read one before an indented line as an item's end and stopped at once)."""
+    from transformers import AutoTokenizer
+
+    from zoo import TARGET_DIR
+    from zoo.train import corpus_items, token_boundary_prompt
+    tok = AutoTokenizer.from_pretrained(str(TARGET_DIR), local_files_only=True)
+    items = {it.uid: it for it in corpus_items() if it.split == "test"}
+    checked = 0
+    for w in ("code", "copy"):
+        for r in _read(w):
+            it = items[r["prompt_id"].split("@")[0]]
+            assert it.text.startswith(r["prompt"]) and not r["prompt"][-1].isspace()
+            ids, full = tok(r["prompt"]).input_ids, tok(it.text).input_ids
+            assert full[: len(ids)] == ids, f"{w}/{r['prompt_id']}: the prompt's last token is not the item's"
+            checked += 1
+    assert checked == 600
+    with pytest.raises(ValueError, match="not a prefix"):
+        token_boundary_prompt("abc", "abd")
+    assert token_boundary_prompt("x = 1\n    y\n", "x = 1\n") == "x = 1"
