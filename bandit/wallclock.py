@@ -221,6 +221,7 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
 
 def render(r: WallclockResult) -> str:
     lines = [f"# wall clock: dense-log predictions against the live phase of {r.run}",
+             "inputs: " + ", ".join(f"{i['path']} sha256:{i['sha256'][:12]}" for i in r.inputs) + f" and {LIVE_FILE}",
              f"live sample: {r.n_prompts} prompts; outputs equal to the dense phase's in {r.same_as_dense[0]} of "
              f"{r.same_as_dense[1]} decodes; target passes equal to the dense-log walk's in {r.passes_agree[0]} of "
              f"{r.passes_agree[1]}",
@@ -281,8 +282,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="a run direct
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
     """Predicted (dense log + fitted timing model) against measured (live phase) tokens/s, with 95% CIs.
 
-    Reads one run's dense log and its live.jsonl; writes the JSON and a plot (predicted vs measured, identity
-    line) for the default campaign, or with --out.
+    Reads one run's dense log and its live.jsonl; writes the JSON, this text (.txt) and a plot (predicted vs
+    measured, identity line) for the default campaign, or with --out.
     """
     typer.echo(main(paths or [], out, resamples, seed), nl=False)
 
@@ -302,8 +303,9 @@ def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int =
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(r.to_json(code_version()), indent=2) + "\n")
+        out.with_suffix(".txt").write_text(text)
         plot(r, out.with_suffix(".png"))
-        tail = f"wrote {out} and {out.with_suffix('.png')}\n"
+        tail = f"wrote {out}, {out.with_suffix('.txt')} and {out.with_suffix('.png')}\n"
     return (said + "\n" if said else "") + text + tail
 
 
