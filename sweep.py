@@ -226,9 +226,14 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
     drafters = build_drafters(specs, env)
     tgt = Target(model, tok, device, temperature)
     prompts = [(p.workload, p.prompt_id, p.token_ids(tok)) for p in items]
+    n_pos = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     for wl, pid, ids in prompts:
         if not ids:
             raise lm.HarnessError(f"{wl}/{pid}: the prompt tokenizes to nothing")
+        if n_pos and len(ids) + max_new_tokens + k > n_pos:  # refused, not truncated: a cut prompt is another prompt
+            raise lm.HarnessError(f"{wl}/{pid}: {len(ids)} prompt tokens + {max_new_tokens} output tokens + k {k} "
+                                  f"exceed the target's {n_pos} positions; shorten or drop the prompt, or lower "
+                                  "--max-new-tokens")
     wl_names = list(dict.fromkeys(p.workload for p in items))
     engine = Engine(tgt, drafters, cfg, pol, wl_names)
 
@@ -319,6 +324,8 @@ def _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, s
         rd.write_manifest()
         if raw is not None:
             rd.write_text("live_calibration.json", json.dumps(raw, indent=2) + "\n")
+    rd.manifest["complete"] = True  # every prompt (and the live phase) done: analyses read it as finished
+    rd.write_manifest()
     shown = rd.dir.resolve()
     if shown.is_relative_to(Path.cwd()):  # the short form the analysis commands are usually typed with
         shown = shown.relative_to(Path.cwd())

@@ -92,6 +92,29 @@ def _open_nofollow(path: Path, flags: int) -> int:
         _refuse_link(path, e)
 
 
+class _Writing:
+    """An OSError while writing the run directory becomes one HarnessError line; a full disk says how to
+    go on (what was flushed before stays, and --resume cuts a half-written prompt)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if not isinstance(e, OSError) or isinstance(e, HarnessError):
+            return False
+        run = self.path.parent
+        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise HarnessError(f"{self.path}: disk full ({e.strerror}); finished prompts are kept: free space, "
+                               f"then continue with  python sweep.py --resume --out {run}  (same options)") from None
+        if e.errno == errno.ELOOP:
+            return False
+        raise HarnessError(f"{self.path}: cannot write ({e.strerror or e}); finished prompts are kept; "
+                           f"continue with --resume --out {run} once it is writable") from None
+
+
 def _write_bytes(path: Path, data: bytes) -> None:
     with os.fdopen(_open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
         fh.write(data)
@@ -202,7 +225,7 @@ def find_resumable(root: str | Path, keys) -> Path:
                     break
         except OSError:
             pass
-        if not keys <= done:
+        if not keys <= done or m.get("complete") is not True:  # prompts missing, or the live phase unfinished
             found.append((created, d.stat().st_mtime, d))
     if not found:
         why = (f"{root} does not exist" if not root.is_dir() else
@@ -402,20 +425,26 @@ class RunDir:
             _write_bytes(self.blocks, b"")
 
     def write_manifest(self) -> None:
-        _atomic_write(self.dir / "manifest.json", json.dumps(self.manifest, indent=2) + "\n")
+        with _Writing(self.dir / "manifest.json"):
+            _atomic_write(self.dir / "manifest.json", json.dumps(self.manifest, indent=2) + "\n")
 
     def write_text(self, name: str, text: str) -> None:
         """Another file of the run directory (never through a symlink)."""
-        _atomic_write(self.dir / name, text)
+        with _Writing(self.dir / name):
+            _atomic_write(self.dir / name, text)
 
     def append_text(self, name: str, text: str) -> None:
         """Append to another file of the run directory, durably (never through a symlink)."""
-        with _open_append(self.dir / name) as fh:
+        with _Writing(self.dir / name), _open_append(self.dir / name) as fh:
             fh.write(text.encode())
             fh.flush()
             os.fsync(fh.fileno())
 
     def append(self, workload: str, prompt_id: str, records: list[dict], output: list[int]) -> None:
+        with _Writing(self.blocks):
+            self._append(workload, prompt_id, records, output)
+
+    def _append(self, workload: str, prompt_id: str, records: list[dict], output: list[int]) -> None:
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
         with _open_append(self.blocks) as fh:
             fh.write(data)

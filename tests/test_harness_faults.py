@@ -330,3 +330,47 @@ def test_a_manifest_that_is_a_directory_is_one_error_line(zoo, tmp_path):
     (out / "manifest.json").mkdir()
     code, text = _cli(_cli_args(zoo, out, "--resume", "--limit", "1"))
     assert code == 2 and "manifest.json" in _one_error_line(text), text
+
+
+def test_disk_full_mid_sweep_is_one_line_and_resumes_to_the_uninterrupted_run(zoo, tmp_path, monkeypatch):
+    import errno
+    ref = _run(zoo, tmp_path / "ref")
+    real, calls = rundir.RunDir._append, []
+
+    def failing(self, *a):
+        calls.append(1)
+        if len(calls) == 3:  # the third prompt: half its records reach the disk, then ENOSPC
+            with open(self.blocks, "ab") as fh:
+                fh.write(b'{"v":1,"workload":"half')
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a)
+    monkeypatch.setattr(rundir.RunDir, "_append", failing)
+    out = tmp_path / "full"
+    code, text = _cli(_cli_args(zoo, out))
+    assert code != 0 and "Traceback" not in text
+    errors = sorted({x[x.index("error:"):] for x in text.replace("\r", "\n").splitlines() if "error:" in x})
+    assert len(errors) == 1 and "disk full" in errors[0] and f"--resume --out {out}" in errors[0]
+    assert len((out / "progress.jsonl").read_text().splitlines()) == 2  # finished prompts are kept
+    monkeypatch.setattr(rundir.RunDir, "_append", real)
+    _run(zoo, out, resume=True)
+    assert (out / "blocks_dense.jsonl").read_bytes() == (ref / "blocks_dense.jsonl").read_bytes()
+    assert json.loads((out / "manifest.json").read_text())["complete"] is True
+
+
+def test_a_prompt_longer_than_the_target_context_is_refused(zoo, tmp_path):
+    long = write_workload_file(tmp_path / "long.jsonl", [("code", "huge", "ab " * 600)])  # 1,800 characters
+    with pytest.raises(HarnessError, match=r"code/huge: 1800 prompt tokens \+ 8 output tokens \+ k 4 exceed the "
+                                           r"target's 1024 positions"):
+        _run(zoo, tmp_path / "o", workload_file=str(long))
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unfinished_run_is_not_complete_and_resume_finds_it(zoo, tmp_path):
+    runs = tmp_path / "runs"
+    _run(zoo, runs / "a")
+    assert json.loads((runs / "a" / "manifest.json").read_text())["complete"] is True
+    m = json.loads((runs / "a" / "manifest.json").read_text())
+    m.pop("complete")  # e.g. killed in the live phase, after the last dense prompt
+    (runs / "a" / "manifest.json").write_text(json.dumps(m))
+    keys = [(p.workload, p.prompt_id) for p in __import__("workloads").load(None, str(zoo["wl"]))]
+    assert rundir.find_resumable(runs, keys) == runs / "a"
