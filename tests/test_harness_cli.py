@@ -114,7 +114,8 @@ def test_logs_validate_and_rerun_identically(zoo, tmp_path, mode):
     else:
         assert _strip_times(blocks) == _strip_times(runs[1] / blocks.name)
     m = json.loads((runs[0] / "manifest.json").read_text())
-    assert list(m)[: len(MANIFEST_KEYS)] == MANIFEST_KEYS and set(m) <= set(MANIFEST_KEYS) | {"timing"}
+    assert list(m)[: len(MANIFEST_KEYS)] == MANIFEST_KEYS and set(m) <= set(MANIFEST_KEYS) | {"timing", "complete"}
+    assert m["complete"] is True
     assert m["label"] == "MEASURED" and m["mode"] == mode and m["k"] == 4 and m["run"] == "r0"
     if mode == "dense":  # the live calibration phase measured rho and alpha's ingredients
         t = m["timing"]
