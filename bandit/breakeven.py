@@ -8,7 +8,7 @@ verifying the primary's and K alternatives' drafts together: the manifest's unio
 D drafts); K with separate verification passes. Speedup = (1 + g) * c0 / c, g the token gain per
 block (tau = accepted + 1, capped at the output's end). Best-of-N is R = 1 with every other drafter.
 
-    python bandit/breakeven.py [PATHS...] [--out F]   # default campaign -> runs/breakeven.txt, .png, .csv
+    python bandit/breakeven.py [PATHS...] [--out F]   # default campaign -> runs/<run>/breakeven.txt, .png, .csv
     specbandit breakeven --gain 0.081 --redraft 0.43 --alternatives 1 --rho 0.02,0.05,0.1 --alpha 0 --json
 """
 from __future__ import annotations
@@ -363,8 +363,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         rho: Annotated[str, typer.Option(help="what-if: comma-separated drafter costs")] = "0.02,0.05,0.1,0.15,0.2",
         alpha: Annotated[float, typer.Option(help="what-if: extra target cost of a re-draft")] = 0.0,
         json_out: Annotated[bool, typer.Option("--json", help="what-if: print one JSON object")] = False,
-        out: Annotated[Optional[Path], typer.Option(help="report file (default: runs/breakeven.txt for the default "
-                                                         "campaign; none for logs given as PATHS)")] = None,
+        out: Annotated[Optional[Path], typer.Option(help="report file (default: <run dir>/breakeven.txt beside the "
+                                                         "one run read; none for several runs pooled)")] = None,
         resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the token gains")] = 2000,
         refit_resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the selector refits")] = 200,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
@@ -408,11 +408,11 @@ def _live_entry(t, seed: int) -> dict | None:
 
 def main(paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int = 2000, n_refit: int = 200,
          seed: int = 0) -> str:
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import default_inputs, load_logs, output_path
     said = ""
     if not paths:
         paths, said = default_inputs()
-        out = Path("runs/breakeven.txt") if out is None else out
+    out = output_path(paths, "breakeven.txt", out)
     t = load_logs(paths)
     r = report_from_table(t, n_resamples, n_refit, seed)
     r = dataclasses.replace(r, live=_live_entry(t, seed))

@@ -1,4 +1,4 @@
-"""Every headline number with a 95% bootstrap CI -> runs/ci.json.
+"""Every headline number with a 95% bootstrap CI -> <run dir>/ci.json.
 
 The resampling unit is the prompt cluster (prompts drawn with replacement within each
 workload; every block of a drawn prompt comes along) or, with `--unit block`, single blocks
@@ -23,7 +23,7 @@ clusters). Percentile and basic intervals are compared: they coincide for a stat
 bootstrap distribution is symmetric about the estimate, and a max over near-tied drafters is
 not. When they differ by more than DISAGREE_TOL of the interval's width a warning is printed.
 
-    python bandit/ci.py                          # default campaign under runs/ -> runs/ci.json
+    python bandit/ci.py                          # the default campaign under runs/ -> runs/<run>/ci.json
     specbandit ci PATHS --out F --resamples N --seed S --unit prompt|block --method percentile|bca
 """
 from __future__ import annotations
@@ -424,7 +424,7 @@ def headline(t: BlockTable, unit: str = "prompt", method: str = "percentile", n_
     return sorted(entries, key=lambda e: e.name)
 
 
-def coverage_warnings(entries: Sequence[Entry], path: Path = Path("runs/coverage.json")) -> list[str]:
+def coverage_warnings(entries: Sequence[Entry], path: Path) -> list[str]:
     """A warning line for every entry whose unit bench/coverage.py's study shows under-covering: a row for that
     entry, or else for its family (the name without [..]), on the entry's unit whose coverage CI lies wholly
     below LEVEL (the row of lowest upper bound is quoted). Empty when the file is missing or unreadable."""
@@ -487,27 +487,28 @@ def render(entries: Sequence[Entry]) -> str:
 
 def main(paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int = 2000, seed: int = 0,
          unit: str = "prompt", method: str = "percentile", n_refit: int = N_REFIT) -> str:
-    """Compute every entry; write OUT (default: runs/ci.json for the default campaign; for logs given as
-    PATHS nothing is written unless `out` is given, so analysing your own logs never overwrites the shipped file)."""
-    from bandit.logs import default_inputs, load_logs
+    """Compute every entry; write OUT (default: ci.json next to the campaign it describes, `<run dir>/ci.json`,
+    when the logs are one run; nothing for several runs pooled unless `out` is given)."""
+    from bandit.logs import default_inputs, load_logs, output_path
     said = f"read: {', '.join(str(p) for p in paths)}"
     if not paths:
         paths, said = default_inputs()
         said = f"read: {said}"
-        out = Path("runs/ci.json") if out is None else out
+    out = output_path(paths, "ci.json", out)
     t = load_logs(paths)
     entries = headline(t, unit, method, n_resamples, seed, n_refit)
-    tail = "not written (logs given as PATHS: pass --out FILE to write ci.json)\n"
+    tail = "not written (several runs pooled: pass --out FILE to write ci.json)\n"
     if out is not None:
         write_ci(entries, t, out)
         tail = f"wrote {out}\n"
-    warns = "".join(w + "\n" for w in coverage_warnings(entries))
+    cov = out.parent / "coverage.json" if out is not None else None
+    warns = "".join(w + "\n" for w in coverage_warnings(entries, cov)) if cov is not None else ""
     return f"{said}\n{t.summary()}\n" + render(entries) + warns + tail
 
 
 def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
-        out: Annotated[Optional[Path], typer.Option(help="ci.json to write (default: runs/ci.json for the default "
-                                                        "campaign; nothing for PATHS)")] = None,
+        out: Annotated[Optional[Path], typer.Option(help="ci.json to write (default: <run dir>/ci.json beside the "
+                                                        "one run read; nothing for several runs pooled)")] = None,
         resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples of the ratio statistics")] = 2000,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
         unit: Annotated[str, typer.Option(help="resampling unit: prompt (clusters, default) or block")] = "prompt",

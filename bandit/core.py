@@ -879,13 +879,11 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         typer.echo(rep.summary())
 
 
-def default_out(paths: Sequence[str | Path]) -> Path:
-    """Where `main` writes: runs/core.txt for the default campaign; next to the first log's run directory
-    (<that directory>/core.txt) when PATHS are given, so that the shipped runs/core.txt is not overwritten."""
-    if not paths:
-        return Path("runs/core.txt")
-    files = expand_paths(paths)
-    return (files[0].parent if files else Path(paths[0])) / "core.txt"
+def default_out(paths: Sequence[str | Path]) -> Path | None:
+    """Where `main` writes: core.txt beside the campaign it describes (<run dir>/core.txt; the default campaign's
+    when no PATHS are given); nowhere for several runs pooled."""
+    from bandit.logs import default_inputs, output_path
+    return output_path(paths or default_inputs()[0], "core.txt")
 
 
 def multi_sequence_lines(t: BlockTable, n_resamples: int, seed: int, sizes: Sequence[int] = (1, 4),
@@ -965,23 +963,25 @@ def main(paths: Sequence[str] = (), seeds: Sequence[int] = (0, 1, 2), n_resample
     text = "\n".join(lines) + "\n"
     if out is not None:
         dest = default_out(paths) if out == "auto" else Path(out)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
-        why = "" if out != "auto" or not paths else " (PATHS given without --out: next to the first log, runs/core.txt untouched)"
-        builtins.print(f"wrote {dest}{why}")
+        if dest is None:
+            builtins.print("not written (several runs pooled: pass --out FILE)")
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text)
+            builtins.print(f"wrote {dest}")
     return text
 
 
 def script(paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
-           out: Annotated[Optional[Path], typer.Option(help="output file (default: runs/core.txt for the default "
-                                                       "campaign, <first log's directory>/core.txt with PATHS)")] = None,
+           out: Annotated[Optional[Path], typer.Option(help="output file (default: <run dir>/core.txt beside the one "
+                                                       "run read; nothing for several runs pooled)")] = None,
            seeds: Annotated[int, typer.Option(help="seeded prompt orders to average over")] = 3,
            resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
            seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
            order_seeds: Annotated[int, typer.Option(help="prompt orders for the Hedge slope's interval")] = ORDER_SEEDS,
            replicates: Annotated[int, typer.Option(help="simulated campaigns per prediction")] = REPLICATES,
            progress: Annotated[bool, typer.Option(help="tqdm progress on stderr")] = True) -> None:
-    """The policy replays and the falsification experiment -> runs/core.txt (see the module docstring)."""
+    """The policy replays and the falsification experiment -> <run dir>/core.txt (see the module docstring)."""
     t0 = time.perf_counter()
     try:
         main(paths or (), tuple(range(seeds)), resamples, seed, out if out is not None else "auto", order_seeds,

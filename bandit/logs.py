@@ -15,6 +15,7 @@ if __package__ in (None, ""):  # run as `python bandit/logs.py`: import our `ban
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 import gc
+import sys
 import glob
 import hashlib
 import json
@@ -172,8 +173,9 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def read_manifest(log_path: Path) -> dict | None:
-    """The manifest.json of the run a log belongs to: next to it or in a parent under runs/."""
-    for d in [log_path.parent, *log_path.parent.parents][:3]:
+    """The manifest.json of the run a log belongs to: in the log's own directory, nowhere else (a manifest
+    found further up would describe some other run)."""
+    for d in [log_path.parent]:
         m = d / "manifest.json"
         if m.is_file():
             try:
@@ -808,7 +810,24 @@ def load_logs(paths: Sequence[str | Path], drafters: Sequence[str] | None = None
     label = campaign_key(manifests[0] if manifests else None)[0]
     if label not in LABELS:
         raise LogError(files[0], 0, "manifest.label", f"unknown label {label!r}; expected one of {LABELS}")
+    _check_manifests(files, t, drafters)
     return replace(t, label=label, manifests=tuple(manifests), sources=tuple(sources))
+
+
+def _check_manifests(files: Sequence[Path], t: BlockTable, restricted) -> None:
+    """Each manifest must describe its logs (the drafters they hold); a measured run still in progress is
+    read, with one note on stderr, since its numbers then cover only the prompts logged so far."""
+    for d in sorted({f.parent for f in files}):
+        m = read_manifest(d / "x")
+        if m is None:
+            continue
+        declared = set(m.get("drafters") or {})
+        if not restricted and declared and declared != set(t.drafters):
+            raise LogError(d / "manifest.json", 0, "manifest.drafters",
+                           f"names {sorted(declared)}, but the logs hold {sorted(t.drafters)}")
+        if m.get("label") == "MEASURED" and not is_complete(m):
+            print(f"note: {d} is an incomplete run (its sweep has not finished: no \"complete\" in its manifest); "
+                  "every number read from it covers only the prompts logged so far", file=sys.stderr)
 
 
 def load_logs_reference(paths: Sequence[str | Path], drafters: Sequence[str] | None = None) -> BlockTable:
@@ -860,29 +879,55 @@ def validate_logs(paths: Sequence[str | Path], drafters: Sequence[str] | None = 
 
 # ---------------------------------------------------------------- the default input
 
-def default_inputs(root: str | Path = "runs") -> tuple[list[Path], str]:
-    """The logs an analysis reads by default, and a sentence saying which.
+def is_complete(manifest: dict | None) -> bool:
+    """A simulator's run is whole when written; a sweep's once it marked itself `complete`."""
+    return bool(manifest) and (manifest.get("label") == "SIM" or manifest.get("complete") is True)
 
-    The newest measured campaign under `root` (by manifest `created`, then run name), else
-    the shipped simulated one; runs without a manifest are used only when nothing else is there.
+
+def default_campaign(root: str | Path = "runs") -> tuple[Path, list[Path], str]:
+    """The one run an analysis reads when given no paths: (its directory, its log files, a sentence saying which).
+
+    The newest *complete* measured run under `root` (by manifest `created`, then name), else the newest
+    simulated one. Never several runs pooled: pooling is explicit (give the paths). Runs without a manifest,
+    and measured runs still in progress (or killed), are never chosen.
     """
     root = Path(root)
     runs: dict[Path, dict | None] = {}
     for f in expand_paths([root]):
-        run_dir = f.parent
-        runs.setdefault(run_dir, read_manifest(f))
-    def newest(label):
-        cands = [(str(m.get("created", "")), str(d)) for d, m in runs.items() if m and m.get("label") == label]
-        return Path(max(cands)[1]) if cands else None
+        try:
+            runs.setdefault(f.parent, read_manifest(f))
+        except LogError:
+            runs.setdefault(f.parent, None)  # an unreadable manifest: that run is not a default
+    skipped = sorted(str(d) for d, m in runs.items() if m and m.get("label") == "MEASURED" and not is_complete(m))
     for label in ("MEASURED", "SIM"):
-        d = newest(label)
-        if d is not None:
-            key = campaign_key(runs[d])
-            same = sorted(p for p, m in runs.items() if campaign_key(m) == key)
-            files = expand_paths(same)
-            return files, f"[{label}] campaign of {', '.join(str(p) for p in same)} (newest {label.lower()} under {root}/)"
-    dirs = sorted(runs)
-    return expand_paths(dirs), f"[UNLABELLED] logs without a manifest under {root}/"
+        cands = [(str(m.get("created", "")), str(d)) for d, m in runs.items()
+                 if m and m.get("label") == label and is_complete(m)]
+        if cands:
+            d = Path(max(cands)[1])
+            note = f"; incomplete, not read: {', '.join(skipped)}" if skipped else ""
+            return d, expand_paths([d]), f"[{label}] campaign {d} (the newest complete {label.lower()} run under {root}/{note})"
+    raise LogError(root, 0, "path", "no complete measured or simulated run with a manifest here; give log paths")
+
+
+def default_inputs(root: str | Path = "runs") -> tuple[list[Path], str]:
+    """`default_campaign` without the directory: (its log files, the sentence)."""
+    _, files, said = default_campaign(root)
+    return files, said
+
+
+def run_dir(paths: Sequence[str | Path]) -> Path | None:
+    """The one run directory all of `paths`' logs lie in, or None (no logs, or several runs pooled)."""
+    dirs = {f.parent for f in expand_paths(paths)}
+    return next(iter(dirs)) if len(dirs) == 1 else None
+
+
+def output_path(paths: Sequence[str | Path], name: str, out: str | Path | None = None) -> Path | None:
+    """Where an analysis writes its output `name`: `out` if given; else next to the campaign it describes
+    (<run dir>/<name>) when its inputs are one run; else nowhere (pooled runs: printed only)."""
+    if out is not None:
+        return Path(out)
+    d = run_dir(paths)
+    return None if d is None else d / name
 
 
 def cli(paths: Annotated[list[Path], typer.Argument(help="log files, globs or directories")],

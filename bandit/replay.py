@@ -425,8 +425,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
     Block set: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts (the primary:
     most output tokens per target pass along its own trajectory; `block` marks are ignored). Length-biased means
     over every position of a dense log appear only under `per_position` names.
-    PATHS default to the newest measured campaign under runs/ (else the shipped simulated one; its tables are then
-    also written to runs/replay.txt). --json prints one JSON object (keys: label, block_set, table, pooled, primary,
+    PATHS default to the newest complete measured run under runs/ (else the shipped simulated one); when the logs are
+    one run, the tables are also written beside it (<run dir>/replay.txt). --json prints one JSON object (keys: label, block_set, table, pooled, primary,
     workload_headroom, per_block_gap, n_blocks, trajectory and tokens_per_pass and per_position on dense logs, ci);
     --drafters a,b restricts the drafters.
     """
@@ -446,9 +446,11 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
     text = (f"{said}\n{t.summary()}\n{s.summary()}\ninputs: "
             + ", ".join(f"{p} sha256:{h[:12]}" for p, h in s.sources) + f"; code {code_version()}\n")
     typer.echo(text, nl=False)
-    if not paths:   # the default campaign's tables are a derived output; your own logs' are printed only
-        Path("runs/replay.txt").write_text(text)
-        typer.echo("wrote runs/replay.txt")
+    from bandit.logs import output_path
+    out = output_path([Path(s.path) for s in t.sources], "replay.txt")
+    if out is not None:  # a derived output of the run it describes, beside it
+        out.write_text(text)
+        typer.echo(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -455,12 +455,12 @@ def write_frontier(t: BlockTable, out_dir: Path, scores: Sequence[str] = SCORES)
 
 
 def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_dir: Path | None = None) -> str:
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import default_inputs, load_logs, run_dir
     said = f"read: {', '.join(str(p) for p in paths)}"
     if not paths:
         paths, said = default_inputs()
         said = f"read: {said}"
-        out_dir = Path("runs") if out_dir is None else out_dir
+    out_dir = run_dir(paths) if out_dir is None else out_dir
     t = load_logs(paths)
     point = nested(t, np.ones((1, t.n_prompts)))
     boot, how = None, ""
@@ -486,7 +486,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         resamples: Annotated[int, typer.Option(min=0, help="bootstrap resamples for the frontier-area CIs (0: none)")] = 200,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
         out_dir: Annotated[Optional[Path], typer.Option(help="write selector.txt and selector_frontier.png/.csv here "
-                                                             "(default: runs/ for the default campaign, nowhere for PATHS)")] = None) -> None:
+                                                             "(default: beside the one run read; nowhere for several "
+                                                             "runs pooled)")] = None) -> None:
     """Per-block selector, leave-one-workload-out: frontier areas (0.5 = random) of the logistic score and the
     training-free conf_min / ent_mean / draft_empty scores, and each fold's operating point (primary, alternatives
     and threshold chosen on the training workloads by the cost model's speedup: measured costs when the manifest

@@ -15,7 +15,7 @@ coefficients come from the other prompts only (5-fold cross-fitting over prompts
 own wall time enters its prediction. Measured tokens/s = output tokens / wall time of the live
 decodes. Both are ratios of sums over the sampled prompts, with 95% percentile bootstrap intervals
 over prompt clusters resampled within workloads (the prediction's interval holds the coefficients
-fixed). `runs/wallclock.json` holds one entry per live configuration.
+fixed). `<run dir>/wallclock.json` holds one entry per live configuration.
 """
 from __future__ import annotations
 
@@ -276,23 +276,24 @@ def run_dir_of(t: BlockTable) -> Path:
 
 
 def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="a run directory (default: the default campaign)")] = None,
-        out: Annotated[Optional[Path], typer.Option(help="JSON file (default: runs/wallclock.json for the default "
-                                                         "campaign; none for a run given as PATH)")] = None,
+        out: Annotated[Optional[Path], typer.Option(help="JSON file (default: <run dir>/wallclock.json beside the "
+                                                         "run read)")] = None,
         resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples")] = 2000,
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
     """Predicted (dense log + fitted timing model) against measured (live phase) tokens/s, with 95% CIs.
 
     Reads one run's dense log and its live.jsonl; writes the JSON, this text (.txt) and a plot (predicted vs
-    measured, identity line) for the default campaign, or with --out.
+    measured, identity line) beside the run (or to --out).
     """
     typer.echo(main(paths or [], out, resamples, seed), nl=False)
 
 
 def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int = 0) -> str:
+    from bandit.logs import output_path
     said = ""
     if not paths:
         paths, said = default_inputs()
-        out = Path("runs/wallclock.json") if out is None else out
+    out = output_path(paths, "wallclock.json", out)
     t = load_logs(paths)
     run = run_dir_of(t)
     r = evaluate(t, read_live(run), run.name, n_resamples, seed)

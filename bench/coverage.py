@@ -18,12 +18,12 @@ entries) has no block-unit row. Two studies:
   honest interval covers a little more than 95% here.
 
 A draw counts as covering when lo <= truth <= hi; an undefined interval (NaN) counts as a miss.
-Coverage has a Wilson 95% interval over the draws. runs/coverage.json knows its inputs (sha256 of
+Coverage has a Wilson 95% interval over the draws. <run dir>/coverage.json knows its inputs (sha256 of
 the logs read), the code version, the settings and the seed; the same seed gives the same file,
 whatever `--jobs`. `python bandit/ci.py` warns for every entry whose unit a row here shows
 under-covering (`ci.coverage_warnings`).
 
-    python bench/coverage.py                      # the full study (many minutes) -> runs/coverage.json
+    python bench/coverage.py                      # the full study (many minutes) -> <run dir>/coverage.json
     python bench/coverage.py --quick --out /tmp/coverage.json     # smoke run, under a minute
     python bench/coverage.py --studies subsample --draws 100 --entries per_block_gap,workload_headroom
 """
@@ -448,7 +448,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--method", default="percentile", choices=ci.METHODS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="worker processes (no effect on results)")
-    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/coverage.json"))
+    ap.add_argument("--out", type=pathlib.Path, default=None,
+                    help="output (default: <run dir>/coverage.json beside the one run read)")
     args = ap.parse_args(argv)
     base = QUICK if args.quick else FULL
     for k, v in base.items():
@@ -460,8 +461,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
         ap.error(f"--studies from {STUDIES}, --units from {ci.UNITS}")
     t0 = time.perf_counter()
 
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import default_inputs, load_logs, output_path
     paths, said = (args.paths, ", ".join(map(str, args.paths))) if args.paths else default_inputs()
+    args.out = output_path(paths, "coverage.json", args.out)
+    if args.out is None:
+        ap.error("several runs pooled: give --out FILE")
     t = load_logs(paths)
     print(f"read: {said}\n{t.summary()}")
     return study(t, studies, units, args, t0)

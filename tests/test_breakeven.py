@@ -131,7 +131,9 @@ def test_report_from_logs_labels_and_cis(tmp_path):
     alts = [j for j in range(len(t.drafters)) if j != p]
     assert r.bon_speedup().value == pytest.approx(r.costs.speedup(p, alts, 1.0, r.bon_gain.value))
     assert r.bon_speedup().lo <= r.bon_speedup().value <= r.bon_speedup().hi
-    # given as PATHS without --out, nothing is written
-    before = sorted(tmp_path.rglob("*"))
+    # given one run as PATHS without --out, the report goes beside that run and nowhere else
+    before = set(tmp_path.rglob("*"))
     be.main([tmp_path / "sim"], n_resamples=50, n_refit=5)
-    assert sorted(tmp_path.rglob("*")) == before
+    new = set(tmp_path.rglob("*")) - before
+    assert {p.name for p in new} == {"breakeven.txt", "breakeven.png", "breakeven.csv"}
+    assert all(p.parent == tmp_path / "sim" for p in new)

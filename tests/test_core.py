@@ -368,7 +368,7 @@ def test_multi_sequence_counts_nothing_past_the_end():
 def test_main_labels_every_line_and_writes_next_to_given_logs(tmp_path, monkeypatch):
     run = tmp_path / "camp"
     write_sim_run(SimConfig(n_prompts=3, out_len=30, seed=5), run, gz=False)
-    assert core.default_out([]) == core.Path("runs/core.txt")
+    assert core.default_out([]) == core.default_inputs()[0][0].parent / "core.txt"  # beside the default campaign
     assert core.default_out([str(run)]) == run / "core.txt"
     monkeypatch.chdir(tmp_path)      # a relative runs/core.txt would land here: it must not be written
     text = core.main([str(run)], seeds=(0,), n_resamples=50, order_seeds=3, replicates=1)

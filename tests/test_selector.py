@@ -156,12 +156,14 @@ def test_scores_and_workloads_checked(table):
         selector.nested(replace(one, workloads=one.workloads[:1]), np.ones((1, one.n_prompts)))
 
 
-def test_main_prints_intervals_and_writes_only_when_asked(tmp_path):
+def test_main_prints_intervals_and_writes_beside_the_run(tmp_path):
     from bandit.simulate import write_sim_run
     write_sim_run(SimConfig(n_prompts=4, out_len=40, seed=2), tmp_path / "sim")
-    before = sorted(tmp_path.rglob("*"))
+    before = set(tmp_path.rglob("*"))
     text = selector.main([tmp_path / "sim"], n_resamples=8, seed=1)
-    assert sorted(tmp_path.rglob("*")) == before                      # logs given as PATHS: nothing written
+    new = set(tmp_path.rglob("*")) - before                           # one run given: its outputs beside it
+    assert {p.relative_to(tmp_path).as_posix() for p in new} == {
+        "sim/selector.txt", "sim/selector_frontier.png", "sim/selector_frontier.csv"}
     rows = [x for x in text.splitlines() if x.startswith("| logistic | ")]
     assert len(rows) == 1 + 4 + 1                                     # the area row, 4 folds, pooled
     assert all("[" in x for x in rows if "undefined" not in x)        # every cell with its interval

@@ -1,0 +1,70 @@
+"""The default input is exactly one complete run; outputs go beside the run they describe; a manifest must
+describe its own directory's logs; a run still in progress is read with a note."""
+import json
+import shutil
+
+import pytest
+
+from bandit import ci
+from bandit.logs import LogError, default_campaign, load_logs, output_path
+from bandit.simulate import SimConfig, write_sim_run
+
+
+def _measured(d, created, complete=True):
+    m = json.loads((d / "manifest.json").read_text())
+    m.update(label="MEASURED", created=created)
+    m.pop("complete", None)
+    if complete:
+        m["complete"] = True
+    (d / "manifest.json").write_text(json.dumps(m))
+    return d
+
+
+@pytest.fixture()
+def root(tmp_path):
+    a = tmp_path / "runs" / "a"
+    write_sim_run(SimConfig(n_prompts=3, out_len=24, seed=1), a)
+    shutil.copytree(a, tmp_path / "runs" / "scratch" / "b")  # same campaign key, as a user's scratch run
+    _measured(a, "2026-01-01T00:00:00Z")
+    _measured(tmp_path / "runs" / "scratch" / "b", "2026-02-01T00:00:00Z")
+    return tmp_path / "runs"
+
+
+def test_default_is_the_newest_complete_run_alone_never_pooled(root):
+    d, files, said = default_campaign(root)
+    assert d == root / "scratch" / "b" and all(f.parent == d for f in files) and "[MEASURED]" in said
+    load_logs(files)  # one run: no duplicate records, whatever else lies under runs/
+
+
+def test_an_incomplete_run_is_skipped_and_named(root, capsys):
+    _measured(root / "scratch" / "b", "2026-02-01T00:00:00Z", complete=False)
+    d, files, said = default_campaign(root)
+    assert d == root / "a" and "incomplete, not read" in said and str(root / "scratch" / "b") in said
+    load_logs([root / "scratch" / "b"])  # read when named, with a note
+    assert "incomplete run" in capsys.readouterr().err
+
+
+def test_outputs_go_beside_the_run_and_the_other_run_is_untouched(root):
+    shipped = root / "a" / "ci.json"
+    ci.main([root / "a"], n_resamples=30, n_refit=5)
+    before = shipped.read_bytes()
+    text = ci.main([root / "scratch" / "b"], n_resamples=30, n_refit=5)
+    assert (root / "scratch" / "b" / "ci.json").exists() and f"wrote {root / 'scratch' / 'b' / 'ci.json'}" in text
+    assert shipped.read_bytes() == before
+    assert output_path([root / "a", root / "scratch" / "b"], "ci.json") is None  # pooled: printed only
+
+
+def test_a_manifest_must_name_the_drafters_of_its_logs(root):
+    m = json.loads((root / "a" / "manifest.json").read_text())
+    m["drafters"] = {"ngram": m["drafters"]["ngram"]}
+    (root / "a" / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(LogError, match=r"manifest.json:0: manifest.drafters: names \['ngram'\], but the logs hold"):
+        load_logs([root / "a"])
+
+
+def test_a_manifest_is_read_only_from_the_logs_own_directory(root):
+    sub = root / "a" / "sub"
+    sub.mkdir()
+    shutil.move(next((root / "a").glob("blocks_*")), sub)
+    t = load_logs([sub])
+    assert t.label == "UNLABELLED" and t.manifests == ()  # the parent's manifest describes another directory
