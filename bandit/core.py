@@ -57,7 +57,7 @@ from tqdm import tqdm
 
 from bandit import trajectory
 from bandit.ci import Interval, boot_totals, bootstrap_ratio, interval  # noqa: F401 (bootstrap_ratio: re-exported)
-from bandit.logs import BlockTable, LogError, default_inputs, expand_paths, load_logs
+from bandit.logs import BlockTable, LogError, default_inputs, load_logs
 from bandit.policies import (EXP3, UCB1, Fixed, Hedge, HedgeCtx, LinUCB, NormalHedge, Random,  # noqa: F401
                              SpecSelect, StepTime, ThompsonCtx, make_policies)
 from bandit.replay import LOOKUP_KINDS, Context, block_rows, policy_timing, trajectory_oracle, walk  # noqa: F401
