@@ -184,8 +184,12 @@ class Band:
     label: str
 
     def fmt(self, pct: bool = False, nd: int = 3) -> str:
-        f = (lambda x: f"{100 * x:+.{max(nd - 2, 1)}f}%") if pct else (lambda x: f"{x:.{nd}f}")
-        return f"{f(self.value)} [{f(self.lo)}, {f(self.hi)}] [{self.label}]"
+        def f(x):
+            if not math.isfinite(x):
+                return "undefined"
+            return f"{100 * x:+.{max(nd - 2, 1)}f}%" if pct else f"{x:.{nd}f}"
+        iv = f"[{f(self.lo)}, {f(self.hi)}]" if math.isfinite(self.lo) and math.isfinite(self.hi) else "(no CI)"
+        return f"{f(self.value)} {iv} [{self.label}]"
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,7 @@ class BreakevenReport:
     ci_how: str
     sources: tuple = ()
     live: dict | None = None         # the live phase's best-of-N entry (bandit/wallclock.py), if the run has one
+    n_workloads: int = 0
 
     @property
     def K(self) -> int:
@@ -255,8 +260,12 @@ def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int 
     value, boot, _ = ci.boot_totals(totals, stat, strata, n_resamples, seed, jackknife=False)
     p = trajectory.primary(t)
 
+    flat = ci.no_variation(t)
+
     def band(i: int) -> Band:
         iv = ci.interval(value[i], boot[:, i], None, "percentile", "prompt", seed)
+        if flat:  # every resample is the data: no interval, and saying so beats a zero-width one
+            return Band(iv.value, float("nan"), float("nan"), t.label)
         return Band(iv.value, iv.lo, iv.hi, t.label)
 
     bon = band(0)
@@ -273,7 +282,7 @@ def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int 
     return BreakevenReport(label=t.label, block_set=("the primary's own trajectory starts" if t.dense else
                                                     "the logged block starts") + f", {nb} blocks",
                            primary=t.drafters[p], drafters=t.drafters, costs=costs, bon_gain=bon, single_gain=single,
-                           selector=sel, ci_how=how, sources=t.sources)
+                           selector=sel, ci_how=how, sources=t.sources, n_workloads=len(t.workloads))
 
 
 def render(r: BreakevenReport) -> str:
@@ -303,6 +312,9 @@ def render(r: BreakevenReport) -> str:
         band = Band(float(f(g.value)), float(f(g.lo)), float(f(g.hi)), "MODEL")
         lines.append(f"always re-draft with {d} (R = 1): token gain {g.fmt(pct=True)}; alpha {c.alpha(1):.3f}, "
                      f"rho {c.rho[j]:.3f}: speedup {band.fmt()}")
+    if not r.selector:
+        lines.append("LOWO selector: undefined: it is evaluated leave-one-workload-out between drafters, and these "
+                     f"logs have {r.n_workloads} workload(s) and {len(r.drafters)} drafter(s) (it needs 2 of each)")
     if r.selector:
         s = r.selector
         sp = s["selector_speedup"]
@@ -367,7 +379,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
                                                          "one run read; none for several runs pooled)")] = None,
         resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the token gains")] = 2000,
         refit_resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the selector refits")] = 200,
-        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
+        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+        quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False) -> None:
     """Wall-clock break-even of re-drafting (docs/DESIGN.md cost model), every number with a 95% CI.
 
     What-if mode (--gain G --redraft R [--alternatives K --rho a,b --alpha A] [--json]): prints speedup per rho and
@@ -375,6 +388,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
     runs/): best-of-N, each single alternative and the LOWO selector under the manifest's measured costs (else the
     what-if), and an equal-rho table; with --out (or for the default campaign) writes the report and a plot.
     """
+    from bandit import progress
+    progress.quiet(quiet)
     if gain is not None or redraft is not None:
         if gain is None or redraft is None:
             raise typer.BadParameter("what-if mode needs both --gain and --redraft")

@@ -139,6 +139,11 @@ def boot_totals(totals: np.ndarray, stat: Callable[[np.ndarray], np.ndarray], st
     """
     totals = np.asarray(totals, float)
     full = totals.sum(0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a 0/0 resample is NaN, counted and reported as such
+        return _boot_totals(totals, full, stat, strata, n_resamples, seed, jackknife)
+
+
+def _boot_totals(totals, full, stat, strata, n_resamples, seed, jackknife):
     value = stat(full[None])[0]
     boot = np.concatenate([stat(sums) for sums in resample.sum_chunks(totals, strata, n_resamples, seed)])
     if not jackknife:
@@ -231,7 +236,8 @@ class Entry:
         c = self.ci
         return {"name": self.name, "value": _num(c.value), "ci": [_num(c.lo), _num(c.hi)], "method": c.method,
                 "unit": c.unit, "n_resamples": c.n_resamples, "seed": c.seed, "n_blocks": self.n_blocks,
-                "n_clusters": self.n_clusters, "label": self.label, "inputs": inputs, "code_version": code_version}
+                "n_clusters": self.n_clusters, "label": self.label, "inputs": inputs, "code_version": code_version,
+                **({"warning": c.warning} if c.warning else {})}
 
 
 def _num(x: float) -> float | None:
@@ -369,7 +375,8 @@ def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: 
         cands = selector.candidates(t, sorted(set(fixed)))
         row_w = {q: resample_counts(cands[q].workload, n_refit, seed).astype(float) for q in set(fixed)}
         wp = np.ones((n_refit, P))
-    boot = selector.nested(t, wp, fold_primaries=fixed, row_weights=row_w)
+    boot = selector.nested(t, wp, fold_primaries=fixed, row_weights=row_w,
+                           progress=f"selector refits: {wp.shape[0]} resamples, held-out workload")
     jack = None
     if method == "bca":
         if unit == "prompt":
@@ -421,7 +428,56 @@ def headline(t: BlockTable, unit: str = "prompt", method: str = "percentile", n_
     entries = table_stats(t, unit, n_resamples, seed, method)
     if len(b.workloads) >= 2 and len(b.drafters) >= 2:
         entries += selector_entries(t, unit, min(n_refit, n_resamples), seed, method)
+    else:  # listed with the reason, not dropped
+        why = (f"undefined: the selector is evaluated leave-one-workload-out between drafters, and this table has "
+               f"{len(b.workloads)} workload(s) and {len(b.drafters)} drafter(s) (it needs 2 of each)")
+        nan = float("nan")
+        entries += [Entry(n, Interval(nan, nan, nan, method, unit, 0, seed, why), 0, t.n_prompts, t.label)
+                    for n in SELECTOR_HEADLINE]
+    entries = [degenerate(e, t, unit) for e in entries]
     return sorted(entries, key=lambda e: e.name)
+
+
+SELECTOR_HEADLINE = ("selector_capture", "selector_frontier_area", "selector_redraft_rate", "selector_skill",
+                     "selector_speedup", "selector_token_gain")
+
+
+def no_variation(t: BlockTable, unit: str = "prompt") -> str | None:
+    """Why no bootstrap interval exists on `t` at all (every resample is the data itself), else None."""
+    wl_of = np.zeros(t.n_prompts, np.int64)
+    wl_of[t.prompt] = t.workload
+    if unit == "prompt" and np.bincount(wl_of).max(initial=0) < 2:
+        return f"no CI: one prompt per workload, so every resample is the campaign itself ({t.n_prompts} in all)"
+    return None
+
+
+def degenerate(e: Entry, t: BlockTable, unit: str) -> Entry:
+    """An interval the bootstrap cannot make says so instead of showing zero width or nan."""
+    c = e.ci
+    why = None
+    if not np.isfinite(c.value):
+        why = c.warning if c.warning and c.warning.startswith("undefined") else \
+            "undefined: a ratio with nothing in its denominator on this block set (no blocks, or none accepted)"
+    elif no_variation(t, unit):
+        why = no_variation(t, unit)
+    elif not (np.isfinite(c.lo) and np.isfinite(c.hi)):
+        why = c.warning or "no CI: the statistic is undefined in the resamples"
+    if why is None:
+        return e
+    return replace(e, ci=Interval(c.value, float("nan"), float("nan"), c.method, c.unit, c.n_resamples, c.seed, why))
+
+
+def fmt(x: float, pct: bool = False, nd: int = 4) -> str:
+    """A number for text output; a non-finite one is 'undefined', never 'nan' or '+nan%'."""
+    if not np.isfinite(x):
+        return "undefined"
+    return f"{100 * x:+.1f}%" if pct else f"{x:.{nd}f}"
+
+
+def fmt_ci(c: Interval, pct: bool = False, nd: int = 4) -> str:
+    if not (np.isfinite(c.lo) and np.isfinite(c.hi)):
+        return "no CI"
+    return f"[{fmt(c.lo, pct, nd)}, {fmt(c.hi, pct, nd)}]"
 
 
 def coverage_warnings(entries: Sequence[Entry], path: Path) -> list[str]:
@@ -479,9 +535,14 @@ def render(entries: Sequence[Entry]) -> str:
     for e in entries:
         c = e.ci
         tag = "unlabelled" if e.label == "UNLABELLED" else e.label
-        lines.append(f"{e.name:<36} {c.value:>9.4f}  [{c.lo:.4f}, {c.hi:.4f}]".ljust(70)
+        lines.append(f"{e.name:<36} {fmt(c.value):>9}  {fmt_ci(c)}".ljust(70)
                      + f" [{tag}]".ljust(13) + f"{c.method}/{c.unit}/{c.n_resamples}, seed {c.seed}")
-    warns = [f"warning: {e.name}: {e.ci.warning}" for e in entries if e.ci.warning]
+    by: dict[str, list[str]] = {}
+    for e in entries:
+        if e.ci.warning:
+            by.setdefault(e.ci.warning, []).append(e.name)
+    warns = [f"warning: {names[0]}: {w}" if len(names) == 1 else
+             f"warning: {names[0]} and {len(names) - 1} more entries: {w}" for w, names in by.items()]
     return "\n".join(lines + warns) + "\n"
 
 
@@ -513,7 +574,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
         unit: Annotated[str, typer.Option(help="resampling unit: prompt (clusters, default) or block")] = "prompt",
         method: Annotated[str, typer.Option(help="percentile (default) or bca")] = "percentile",
-        refit_resamples: Annotated[int, typer.Option(min=1, help="resamples of the nested selector refits")] = N_REFIT) -> None:
+        refit_resamples: Annotated[int, typer.Option(min=1, help="resamples of the nested selector refits")] = N_REFIT,
+        quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False) -> None:
     """Every headline number with a 95% bootstrap CI -> OUT (ci.json) and a table on stdout.
 
     Block sets: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts (the
@@ -523,6 +585,8 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
     (at most --resamples). The selector's operating point is chosen inside every fold by the cost model's speedup
     (measured costs from the manifest's timing, else the documented what-if).
     """
+    from bandit import progress
+    progress.quiet(quiet)
     if unit not in UNITS or method not in METHODS:
         raise typer.BadParameter(f"--unit must be one of {UNITS} and --method one of {METHODS}")
     typer.echo(main(paths or [], out, resamples, seed, unit, method, refit_resamples), nl=False)

@@ -27,7 +27,7 @@ import typer
 from bandit import trajectory
 from bandit.trajectory import (TrajectoryResult, fixed_trajectory, greedy_oracle_trajectory,  # noqa: F401
                                trajectory_oracle)
-from bandit.ci import accepted_entries, table_stats
+from bandit.ci import accepted_entries, degenerate, fmt, fmt_ci, table_stats
 from bandit.logs import BlockTable, default_inputs, load_logs
 
 
@@ -136,21 +136,21 @@ class ReplaySummary:
         what = "tokens per target pass" if self.trajectory is not None else "mean accepted over B"
         lines += [f"{tag} primary (best fixed drafter by {what}): {p}",
                   f"{tag} workload-level hindsight oracle ({what}): {self.workload_oracle:.3f}, "
-                  f"headroom {100 * self.workload_headroom:+.1f}%{self._ci('workload_headroom')}",
+                  f"headroom {fmt(self.workload_headroom, pct=True)}{self._ci('workload_headroom')}",
                   f"{tag} per-block oracle over B: {self.per_block_oracle:.3f} accepted, gap "
-                  f"{100 * self.per_block_gap:+.1f}%{self._ci('per_block_gap')}"]
+                  f"{fmt(self.per_block_gap, pct=True)}{self._ci('per_block_gap')}"]
         if self.trajectory is not None:
             lines.append(f"{tag} tokens per target pass: " + ", ".join(
                 f"{k} {self.trajectory[k]:.3f}" for k in (p, "greedy_oracle", "oracle")))
             lines.append(f"{tag} trajectory oracle (shortest path) gain over the primary: "
-                         f"{100 * (self.trajectory['oracle'] / self.trajectory[p] - 1):+.1f}%"
+                         f"{fmt(self.trajectory['oracle'] / self.trajectory[p] - 1, pct=True)}"
                          f"{self._ci('trajectory_oracle_gain')}")
         if self.per_position is not None:
             pp = self.per_position
             lines.append(f"{tag} for contrast, length-biased means over all positions (not block statistics): "
-                         f"per_block_gap_per_position {100 * pp['per_block_gap_per_position']:+.1f}%"
+                         f"per_block_gap_per_position {fmt(pp['per_block_gap_per_position'], pct=True)}"
                          f"{self._ci('per_block_gap_per_position')}, workload_headroom_per_position "
-                         f"{100 * pp['workload_headroom_per_position']:+.1f}%{self._ci('workload_headroom_per_position')}")
+                         f"{fmt(pp['workload_headroom_per_position'], pct=True)}{self._ci('workload_headroom_per_position')}")
         if self.ci:
             c = next(iter(self.ci.values()))
             lines.append(f"95% CIs: {c.method} bootstrap over {c.unit} clusters within workloads, "
@@ -160,7 +160,10 @@ class ReplaySummary:
 
     def _ci(self, name: str) -> str:
         c = (self.ci or {}).get(name)
-        return "" if c is None else f" (95% CI [{100 * c.lo:+.1f}%, {100 * c.hi:+.1f}%])"
+        if c is None:
+            return ""
+        return f" (95% CI {fmt_ci(c, pct=True)})" if np.isfinite(c.lo) and np.isfinite(c.hi) else \
+            f" ({c.warning or 'no CI'})"
 
 
 def _num(x: float) -> float | None:
@@ -181,6 +184,11 @@ def _accepted_stats(b: BlockTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 
 def summarize(t: BlockTable) -> ReplaySummary:
+    with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 (nothing accepted) is reported as undefined
+        return _summarize(t)
+
+
+def _summarize(t: BlockTable) -> ReplaySummary:
     """Tables, primary, workload and per-block oracles on the block set (and trajectories on dense logs)."""
     if t.n_records == 0:
         raise ValueError("no block starts to replay")
@@ -230,10 +238,10 @@ def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int 
     headroom, the per-block gap and, on dense logs, the trajectory oracle gain."""
     keep = ("per_block_gap", "workload_headroom", "trajectory_oracle_gain")
     entries = [e for e in table_stats(t, "prompt", n_resamples, seed, "percentile") if e.name in keep]
-    cis = {e.name: e.ci for e in entries}
+    cis = {e.name: degenerate(e, t, "prompt").ci for e in entries}
     if t.dense:   # the length-biased per-position figures, for contrast: every position treated as a block
         for e in accepted_entries(t, "prompt", n_resamples, seed, "percentile", rechoose=True)[:2]:
-            cis[f"{e.name}_per_position"] = e.ci
+            cis[f"{e.name}_per_position"] = degenerate(e, t, "prompt").ci
     return replace(s, ci=cis)
 
 

@@ -38,6 +38,7 @@ import numpy as np
 import typer
 
 from bandit import logistic, trajectory
+from bandit import progress as _progress
 from bandit.breakeven import Costs, costs_for
 from bandit.logs import FEATURES, BlockTable
 
@@ -279,13 +280,14 @@ class NestedResult:
 
 
 def nested(t: BlockTable, wp: np.ndarray, costs: Costs | None = None, scores: Sequence[str] = SCORES,
-           fold_primaries: Sequence[int] | None = None, row_weights: dict[int, np.ndarray] | None = None
-           ) -> NestedResult:
+           fold_primaries: Sequence[int] | None = None, row_weights: dict[int, np.ndarray] | None = None,
+           progress: str | None = None) -> NestedResult:
     """Leave-one-workload-out evaluation of every score under m weightings at once.
 
     wp (m, P) prompt weights (bootstrap draw counts; ones for the data as they are). The block resampling
     unit passes `fold_primaries` (W,), each fold's primary as chosen on its training workloads in the full
     data (`primaries`), and `row_weights` {q: (m, B_q)} weighting each such block set's rows directly.
+    `progress`: a progress bar's description (one step per held-out workload), or None for none.
     """
     W, D = len(t.workloads), len(t.drafters)
     if W < 2:
@@ -306,7 +308,10 @@ def nested(t: BlockTable, wp: np.ndarray, costs: Costs | None = None, scores: Se
     sums = {s: [] for s in scores}
     rules = {s: [] for s in scores}
     pooled = {s: [[] for _ in range(m)] for s in scores}       # per resample: (score, w, up) of every fold
+    pbar = _progress.bar(W, progress) if progress else None
     for g in range(W):
+        if pbar is not None and g:
+            pbar.update(1)  # the previous held-out workload is done
         train = [h for h in range(W) if h != g]
         acc = {s: {k: np.zeros(m) for k in ("w", "r", "gain", "room", "base")} for s in scores}
         fold_rules = {s: [None] * m for s in scores}
@@ -337,6 +342,9 @@ def nested(t: BlockTable, wp: np.ndarray, costs: Costs | None = None, scores: Se
         for i in range(m):
             sc, ww, uu = (np.concatenate(x) for x in zip(*pooled[s][i]))
             areas[s][i, W] = frontier_area(sc, ww, uu)
+    if pbar is not None:
+        pbar.update(1)
+        pbar.close()
     return NestedResult(t.workloads, t.drafters, areas, sums, rules, costs)
 
 
@@ -467,7 +475,8 @@ def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_
     if n_resamples > 0:
         from bandit.ci import _units, resample_counts
         _, strata = _units(t, "prompt")
-        boot = nested(t, resample_counts(strata, n_resamples, seed).astype(float))
+        boot = nested(t, resample_counts(strata, n_resamples, seed).astype(float),
+                      progress=f"selector: {n_resamples} resamples, held-out workload")
         how = (f"percentile bootstrap over prompt clusters within workloads, {n_resamples} resamples (every fit, "
                f"primary, alternatives set and threshold remade in each), seed {seed}")
     text_body = render(t, point, boot, how, seed)
@@ -487,12 +496,15 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
         seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
         out_dir: Annotated[Optional[Path], typer.Option(help="write selector.txt and selector_frontier.png/.csv here "
                                                              "(default: beside the one run read; nowhere for several "
-                                                             "runs pooled)")] = None) -> None:
+                                                             "runs pooled)")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False) -> None:
     """Per-block selector, leave-one-workload-out: frontier areas (0.5 = random) of the logistic score and the
     training-free conf_min / ent_mean / draft_empty scores, and each fold's operating point (primary, alternatives
     and threshold chosen on the training workloads by the cost model's speedup: measured costs when the manifest
     has timing, else the what-if of docs/DESIGN.md). Dense logs: every fold on its primary's trajectory starts.
     """
+    from bandit import progress
+    progress.quiet(quiet)
     typer.echo(main(paths or [], resamples, seed, out_dir), nl=False)
 
 

@@ -144,7 +144,7 @@ def test_ci_json_fields_and_byte_identical(tmp_path):
             "selector_frontier_area[copy]", "selector_frontier_area_conf_min[code]",
             "selector_frontier_area_draft_empty", "mean_accepted[code][ngram]", "tokens_per_pass[code][ngram]"} <= names
     for e in data:
-        assert set(e) == FIELDS
+        assert set(e) - {"warning"} == FIELDS and isinstance(e.get("warning", ""), str)
         assert e["inputs"][0]["sha256"] and e["inputs"][0]["path"].endswith("blocks_sim.jsonl.gz")
         assert e["seed"] == 3 and e["label"] in ("SIM", "MODEL")
     gap = next(e for e in data if e["name"] == "per_block_gap")
