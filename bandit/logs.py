@@ -473,6 +473,17 @@ def draft_features(conf: Sequence[float], entropy: Sequence[float]) -> tuple[flo
     return (sum(conf) / len(conf), min(conf), conf[0], sum(entropy) / len(entropy))
 
 
+def _first_gap(t: BlockTable) -> str:
+    """The first prompt whose positions are not 0..n-1, said in words."""
+    starts = np.r_[0, np.flatnonzero(np.diff(t.prompt)) + 1]
+    for a, b in zip(starts, np.r_[starts[1:], t.prompt.size]):
+        want = np.arange(b - a)
+        if not np.array_equal(t.pos[a:b], want):
+            miss = int(want[np.flatnonzero(t.pos[a:b] != want)[0]])
+            return f"prompt {t.prompt_ids[t.prompt[a]]} has no record at position {miss}"
+    return "its positions are not 0..n-1 in every prompt"
+
+
 def _is_dense(prompt: np.ndarray, pos: np.ndarray) -> bool:
     """Every prompt's positions are exactly 0..n-1 (records are sorted by prompt, pos)."""
     if prompt.size == 0:
@@ -810,8 +821,24 @@ def load_logs(paths: Sequence[str | Path], drafters: Sequence[str] | None = None
     label = campaign_key(manifests[0] if manifests else None)[0]
     if label not in LABELS:
         raise LogError(files[0], 0, "manifest.label", f"unknown label {label!r}; expected one of {LABELS}")
+    _check_names(files, t)
     _check_manifests(files, t, drafters)
     return replace(t, label=label, manifests=tuple(manifests), sources=tuple(sources))
+
+
+def _check_names(files: Sequence[Path], t: BlockTable) -> None:
+    """Names must be valid Unicode: JSON can spell a lone surrogate (\\ud800), which no output can print."""
+    for field, names in (("workload", t.workloads), ("drafts", t.drafters),
+                         ("prompt_id", [p.split("/", 1)[-1] for p in t.prompt_ids])):
+        for n in names:
+            try:
+                n.encode("utf-8")
+            except UnicodeEncodeError:
+                bad = n.encode("utf-8", "backslashreplace").decode()
+                where = next((f for f in files if bad.encode() in f.read_bytes()), files[0]) \
+                    if all(f.suffix == ".jsonl" for f in files) else files[0]
+                raise LogError(where, 0, field, f"name {bad!r} is not valid Unicode (a lone surrogate escape)") \
+                    from None
 
 
 def _check_manifests(files: Sequence[Path], t: BlockTable, restricted) -> None:
@@ -825,6 +852,9 @@ def _check_manifests(files: Sequence[Path], t: BlockTable, restricted) -> None:
         if not restricted and declared and declared != set(t.drafters):
             raise LogError(d / "manifest.json", 0, "manifest.drafters",
                            f"names {sorted(declared)}, but the logs hold {sorted(t.drafters)}")
+        if m.get("mode") == "dense" and not t.dense:
+            raise LogError(d / "manifest.json", 0, "mode", "the manifest says dense, but " + _first_gap(t)
+                           + "; a dense log has a record at every output position (a truncated or edited file?)")
         if m.get("label") == "MEASURED" and not is_complete(m):
             print(f"note: {d} is an incomplete run (its sweep has not finished: no \"complete\" in its manifest); "
                   "every number read from it covers only the prompts logged so far", file=sys.stderr)

@@ -68,3 +68,29 @@ def test_a_manifest_is_read_only_from_the_logs_own_directory(root):
     shutil.move(next((root / "a").glob("blocks_*")), sub)
     t = load_logs([sub])
     assert t.label == "UNLABELLED" and t.manifests == ()  # the parent's manifest describes another directory
+
+
+def test_a_dense_log_missing_a_record_is_an_error_not_silently_sparse(tmp_path):
+    d = tmp_path / "run"
+    write_sim_run(SimConfig(n_prompts=2, out_len=20, seed=3), d, gz=False)
+    f = next(d.glob("blocks_*"))
+    lines = f.read_text().splitlines()
+    gone = json.loads(lines[5])
+    f.write_text("\n".join(lines[:5] + lines[6:]) + "\n")
+    with pytest.raises(LogError, match=rf"manifest says dense, but prompt {gone['workload']}/{gone['prompt_id']} "
+                                       rf"has no record at position {gone['pos']}"):
+        load_logs([d])
+
+
+def test_a_name_with_a_lone_surrogate_is_refused_naming_the_file(tmp_path):
+    d = tmp_path / "run"
+    write_sim_run(SimConfig(n_prompts=2, out_len=10, seed=3), d, gz=False)
+    f = next(d.glob("blocks_*"))
+    recs = [json.loads(x) for x in f.read_text().splitlines()]
+    pid = recs[0]["prompt_id"]
+    for r in recs:
+        if r["prompt_id"] == pid:
+            r["prompt_id"] = "x\ud800"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))  # json.dumps writes it as the escape \\ud800
+    with pytest.raises(LogError, match=r"blocks_sim.jsonl:0: prompt_id: name .* is not valid Unicode"):
+        load_logs([d])
