@@ -155,14 +155,15 @@ def _abs(p):
 
 
 def record_settings(*, mode, k, max_new_tokens, temperature, seed, dtype, device, generator, behaviour, workloads,
-                    workload_names, workload_file, workload_path, data) -> dict:
+                    workload_names, workload_file, workload_path, data, live_prompts=0) -> dict:
     """The settings that change the records, beyond the manifest's (compared on --resume; --limit is not
     one: a run may be continued with more prompts)."""
     return {"mode": mode, "k": k, "max_new_tokens": max_new_tokens, "temperature": float(temperature),
             "seed": seed, "dtype": dtype, "device": device, "generator": generator, "behaviour": behaviour,
             "workloads": list(workloads), "workload_names": list(workload_names),
             "workload_file": _abs(workload_file),
-            "workload_path": {n: _abs(f) for n, f in sorted((workload_path or {}).items())}, "data": _abs(data)}
+            "workload_path": {n: _abs(f) for n, f in sorted((workload_path or {}).items())}, "data": _abs(data),
+            **({"live_prompts": live_prompts} if live_prompts else {})}
 
 
 def _ids_sha(ids) -> str:
@@ -252,7 +253,7 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
     settings = record_settings(mode=mode, k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                                dtype=dtype, device=device, generator=generator, behaviour=behaviour,
                                workloads=wl_names, workload_names=names, workload_file=workload_file,
-                               workload_path=workload_path, data=data)
+                               workload_path=workload_path, data=data, live_prompts=live_prompts)
     prompt_sha = {(wl, pid): _ids_sha(ids) for wl, pid, ids in prompts}
     rd = RunDir(run_dir, manifest, resume, settings=settings, prompt_sha=prompt_sha)
     make = lambda: build_drafters(specs, env)  # noqa: E731 - fresh drafters for the live phase

@@ -7,15 +7,15 @@ real with every fixed drafter and with best-of-N. The step-time model (docs/DESI
                     + b_pass * passes + b_token * verified_tokens       (target verify + per-step overhead)
                     + sum_d c_d * calls_d                              (each drafter's call time)
 
-fitted by non-negative least squares on the live decodes of every configuration pooled. A
-configuration's tokens/s is then *predicted from the dense log alone*: its passes, verified tokens
-and drafter calls come from walking the dense log along the configuration's own trajectory (fixed
-drafter: its own accepted lengths; best-of-N: the longest accepted at each block start), and the
-coefficients come from the other prompts only (5-fold cross-fitting over prompts), so no prompt's
-own wall time enters its prediction. Measured tokens/s = output tokens / wall time of the live
-decodes. Both are ratios of sums over the sampled prompts, with 95% percentile bootstrap intervals
-over prompt clusters resampled within workloads (the prediction's interval holds the coefficients
-fixed). `<run dir>/wallclock.json` holds one entry per live configuration.
+c_d is each drafter's measured mean time per call; the b terms are fitted by non-negative least
+squares on the rest. A configuration's tokens/s is *predicted from the dense log alone*: its output
+tokens, passes, verified tokens and drafter calls come from walking the dense log along the
+configuration's own trajectory (fixed drafter: its own accepted lengths; best-of-N: the longest
+accepted at each block start), with coefficients from the other prompts only (5-fold cross-fitting),
+and once more from a fit without any decode of the configuration itself. Measured tokens/s = output
+tokens / wall time of the live decodes. Both are ratios of sums over the sampled prompts, with 95%
+percentile bootstrap intervals over prompt clusters resampled within workloads (the prediction's
+interval holds the coefficients fixed). `<run dir>/wallclock.json` holds one entry per configuration.
 """
 from __future__ import annotations
 
@@ -48,9 +48,11 @@ class Decode:
     cluster: int                 # index into BlockTable.prompt_ids
     workload: int
     tokens: int                  # live output tokens
+    dense_tokens: int            # the dense log's output tokens for the prompt (the prediction's numerator)
     wall_ms: float
     x_live: np.ndarray           # (len(TERMS) + D,) design row from the live decode
     x_dense: np.ndarray          # (len(TERMS) + D,) design row from the dense log's trajectory
+    draft_ms: np.ndarray         # (D,) measured time in each drafter's calls, summed over the decode
     same_as_dense: bool
 
 
@@ -67,7 +69,7 @@ def read_live(run: Path) -> list[dict]:
         if not isinstance(rec, dict):
             raise LogError(path, i, "line", "not a JSON object")
         for f in ("config", "workload", "prompt_id", "prompt_len", "tokens", "passes", "verified", "calls",
-                  "wall_ms"):
+                  "wall_ms", "draft_ms"):
             if f not in rec:
                 raise LogError(path, i, f, "missing field")
         for f in ("prompt_len", "tokens", "passes", "verified"):
@@ -81,6 +83,17 @@ def read_live(run: Path) -> list[dict]:
         out.append(rec)
     if not out:
         raise LogError(path, 0, "live.jsonl", "empty")
+    seen: dict[tuple[str, str], set[str]] = {}
+    for i, rec in enumerate(out, 1):
+        key = (rec["workload"], rec["prompt_id"])
+        if rec["config"] in seen.setdefault(key, set()):
+            raise LogError(path, i, "config", f"{rec['config']} on {key[0]}/{key[1]} a second time")
+        seen[key].add(rec["config"])
+    configs = set().union(*seen.values())
+    for key, got in seen.items():
+        if got != configs:
+            raise LogError(path, 0, "config", f"{key[0]}/{key[1]} lacks {sorted(configs - got)}: every prompt of the "
+                           "live phase needs every configuration (an unfinished live phase: resume the sweep)")
     return out
 
 
@@ -106,6 +119,7 @@ def decodes(t: BlockTable, live: list[dict]) -> list[Decode]:
     counts = {c: _trajectory_counts(t, c) for c in sorted({r["config"] for r in live})}
     wl_of = np.zeros(t.n_prompts, np.int64)
     wl_of[t.prompt] = t.workload
+    lengths = trajectory.output_lengths(t)
     out = []
     for r in live:
         key = f"{r['workload']}/{r['prompt_id']}"
@@ -116,8 +130,9 @@ def decodes(t: BlockTable, live: list[dict]) -> list[Decode]:
         x_live = np.r_[1.0, r["prompt_len"], r["passes"], r["verified"],
                        [r["calls"].get(d, 0) for d in t.drafters]].astype(float)
         x_dense = np.r_[1.0, r["prompt_len"], passes[p], verified[p], calls[p]].astype(float)
-        out.append(Decode(r["config"], p, int(wl_of[p]), int(r["tokens"]), float(r["wall_ms"]), x_live, x_dense,
-                          bool(r.get("same_as_dense", True))))
+        dms = np.array([float(r.get("draft_ms", {}).get(d, 0.0)) for d in t.drafters])
+        out.append(Decode(r["config"], p, int(wl_of[p]), int(r["tokens"]), int(lengths[p]), float(r["wall_ms"]),
+                          x_live, x_dense, dms, bool(r.get("same_as_dense", True))))
     return out
 
 
@@ -125,10 +140,17 @@ def fold_of(name: str) -> int:
     return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % FOLDS
 
 
-def fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative least squares: every term is a time, none can be negative."""
+def fit(X: np.ndarray, y: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """The model's coefficients from decodes X (n, T + D) with wall times y (n,) and measured drafter times
+    M (n, D): each drafter's call time is its measured mean per call (timed around every call, so it needs
+    no fit, and a fit could not separate it from the per-pass term: in a fixed configuration both scale
+    with the passes); the other terms by non-negative least squares on what the drafters leave over."""
     from scipy.optimize import nnls
-    return nnls(X, y)[0]
+    T = len(TERMS)
+    calls = X[:, T:].sum(0)
+    per_call = np.divide(M.sum(0), calls, out=np.zeros_like(calls), where=calls > 0)
+    rest = y - X[:, T:] @ per_call
+    return np.r_[nnls(X[:, :T], rest)[0], per_call]
 
 
 @dataclass(frozen=True)
@@ -138,18 +160,19 @@ class WallclockResult:
     label: str
     drafters: tuple[str, ...]
     coef: dict[str, float]             # the model fitted on every live decode (ms per unit)
-    entries: list[dict]                # runs/wallclock.json's entries
+    entries: list[dict]                # <run dir>/wallclock.json's entries
     n_prompts: int
     same_as_dense: tuple[int, int]     # live decodes whose output equals the dense one, of all
-    passes_agree: tuple[int, int]      # live decodes whose passes equal the dense-log walk's, of all
+    passes_agree: tuple[int, int]      # live decodes whose passes, verified tokens and calls equal the dense walk's
     ci_how: str
     inputs: list[dict]
 
     def to_json(self, code_version: str) -> dict:
         return {"what": "predicted (dense log + timing model) against measured (live phase) tokens/s",
                 "run": self.run, "inputs": self.inputs, "code_version": code_version,
-                "model": {"coef_ms": self.coef, "fit": f"NNLS on every live decode; predictions {FOLDS}-fold "
-                          "cross-fitted over prompts", "definition": "docs/DESIGN.md, Wall clock"},
+                "model": {"coef_ms": self.coef, "fit": "call:<drafter> = measured mean per call; the rest NNLS on "
+                          f"every live decode; predictions {FOLDS}-fold cross-fitted over prompts",
+                          "definition": "docs/DESIGN.md, Wall clock"},
                 "ci": self.ci_how, "same_as_dense": list(self.same_as_dense),
                 "passes_agree": list(self.passes_agree), "entries": self.entries}
 
@@ -159,14 +182,26 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
     names = list(TERMS) + [f"call:{d}" for d in t.drafters]
     X = np.array([d.x_live for d in dec])
     y = np.array([d.wall_ms for d in dec])
+    M = np.array([d.draft_ms for d in dec])
+    Xd = np.array([d.x_dense for d in dec])
     folds = np.array([fold_of(t.prompt_ids[d.cluster]) for d in dec])
-    pred = np.zeros(len(dec))
-    for f in range(FOLDS):
-        test = folds == f
-        if test.any():
-            coef = fit(X[~test], y[~test]) if (~test).any() else fit(X, y)
-            pred[test] = np.array([d.x_dense for d in dec])[test] @ coef
-    full = fit(X, y)
+    cfg = np.array([d.config for d in dec])
+
+    def crossfit(exclude: str | None = None) -> np.ndarray:
+        """Predictions, each from a fit on the other folds' prompts (and without `exclude`'s decodes)."""
+        pred = np.zeros(len(dec))
+        for f in range(FOLDS):
+            test = folds == f
+            train = ~test & (cfg != exclude)
+            if test.any():
+                pred[test] = Xd[test] @ fit(X[train], y[train], M[train]) if train.any() else np.nan
+        return pred
+    pred = crossfit()
+    configs = list(dict.fromkeys(d.config for d in dec))
+    # every configuration predicted again by a fit that never saw one of its decodes: its drafters' call
+    # times then come from the other configurations (a fixed drafter's from best-of-N, and back)
+    held = {c: crossfit(exclude=c) for c in configs}
+    full = fit(X, y, M)
     clusters = sorted({d.cluster for d in dec})
     col = {c: i for i, c in enumerate(clusters)}
     strata = np.zeros(len(clusters), np.int64)
@@ -178,23 +213,25 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
         members = np.flatnonzero(strata == w)
         pick = rng.integers(0, members.size, (n_resamples, members.size))
         np.add.at(draws, (np.arange(n_resamples)[:, None], members[pick]), 1.0)
-    configs = list(dict.fromkeys(d.config for d in dec))
     sums = {}
-    for c in configs:
-        S = np.zeros((len(clusters), 3))                    # per cluster: tokens, measured ms, predicted ms
+
+    def cluster_sums(c, p):
+        S = np.zeros((len(clusters), 4))  # per cluster: live tokens, measured ms, dense tokens, predicted ms
         for i, d in enumerate(dec):
             if d.config == c:
-                S[col[d.cluster]] += (d.tokens, d.wall_ms, pred[i])
-        sums[c] = (S, draws @ S)
+                S[col[d.cluster]] += (d.tokens, d.wall_ms, d.dense_tokens, p[i])
+        return S, draws @ S
+    for c in configs:
+        sums[c] = cluster_sums(c, pred)
 
     def iv(v):
         return [round(float(np.percentile(v, 2.5)), 4), round(float(np.percentile(v, 97.5)), 4)]
 
-    def rates(c):  # (measured, predicted) tokens/s: point and resamples
-        S, B = sums[c]
+    def rates(c, sc=None):  # (measured, predicted) tokens/s: point and resamples
+        S, B = sc if sc is not None else sums[c]
         with np.errstate(divide="ignore", invalid="ignore"):
             return ((1000 * S[:, 0].sum() / S[:, 1].sum(), 1000 * B[:, 0] / B[:, 1]),
-                    (1000 * S[:, 0].sum() / S[:, 2].sum(), 1000 * B[:, 0] / B[:, 2]))
+                    (1000 * S[:, 2].sum() / S[:, 3].sum(), 1000 * B[:, 2] / B[:, 3]))
     primary = f"fixed:{t.drafters[trajectory.primary(t)]}"
     entries = []
     for c in configs:
@@ -208,11 +245,17 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
             e["speedup_over_primary"] = {"primary": primary, "measured": round(meas / pm, 4),
                                          "measured_ci": iv(bm / pbm), "predicted": round(prd / pp, 4),
                                          "predicted_ci": iv(bp / pbp)}
+        if c in held:
+            _, (hp, hbp) = rates(c, cluster_sums(c, held[c]))
+            e["held_out_configuration"] = {"what": "predicted by a fit without any decode of this configuration",
+                                           "predicted_tokens_per_s": round(hp, 4), "predicted_ci": iv(hbp),
+                                           "measured_over_predicted": round(meas / hp, 4), "ratio_ci": iv(bm / hbp)}
         entries.append(e)
     same = int(sum(d.same_as_dense for d in dec))
-    agree = int(sum(d.x_live[2] == d.x_dense[2] for d in dec))
+    agree = int(sum(np.array_equal(d.x_live, d.x_dense) for d in dec))
     how = (f"95% percentile bootstrap over prompt clusters resampled within workloads, {n_resamples} resamples, "
-           f"seed {seed}; predicted intervals hold the fitted coefficients fixed")
+           f"seed {seed}; predicted intervals hold the fitted coefficients fixed, and the primary (chosen on the "
+           "whole dense log) is held fixed too")
     return WallclockResult(run=run, label=t.label, drafters=t.drafters,
                            coef={n: round(float(v), 5) for n, v in zip(names, full)}, entries=entries,
                            n_prompts=len(clusters), same_as_dense=(same, len(dec)), passes_agree=(agree, len(dec)),
@@ -223,9 +266,10 @@ def render(r: WallclockResult) -> str:
     lines = [f"# wall clock: dense-log predictions against the live phase of {r.run}",
              "inputs: " + ", ".join(f"{i['path']} sha256:{i['sha256'][:12]}" for i in r.inputs) + f" and {LIVE_FILE}",
              f"live sample: {r.n_prompts} prompts; outputs equal to the dense phase's in {r.same_as_dense[0]} of "
-             f"{r.same_as_dense[1]} decodes; target passes equal to the dense-log walk's in {r.passes_agree[0]} of "
-             f"{r.passes_agree[1]}",
-             "timing model (ms; NNLS on every live decode; docs/DESIGN.md, Wall clock) [MODEL]: "
+             f"{r.same_as_dense[1]} decodes; target passes, verified tokens and drafter calls equal to the dense-log "
+             f"walk's in {r.passes_agree[0]} of {r.passes_agree[1]}",
+             "timing model (ms; drafter calls measured, the rest NNLS on every live decode; docs/DESIGN.md, "
+             "Wall clock) [MODEL]: "
              + ", ".join(f"{k} {v:.4g}" for k, v in r.coef.items()),
              f"CIs: {r.ci_how}", "",
              "| configuration | predicted tokens/s [MODEL] | measured tokens/s [MEASURED] | measured / predicted | prompts |",
@@ -237,6 +281,15 @@ def render(r: WallclockResult) -> str:
         lines.append(f"| {e['config']} | {e['predicted_tokens_per_s']:.1f} [{lo:.1f}, {hi:.1f}] | "
                      f"{e['measured_tokens_per_s']:.1f} [{mlo:.1f}, {mhi:.1f}] | "
                      f"{e['measured_over_predicted']:.3f} [{rlo:.3f}, {rhi:.3f}] | {e['n_prompts']} |")
+    for e in r.entries:
+        h = e.get("held_out_configuration")
+        if h and np.isfinite(h["predicted_tokens_per_s"]):
+            lines.append(f"| {e['config']}, fit without its decodes | {h['predicted_tokens_per_s']:.1f} "
+                         f"[{h['predicted_ci'][0]:.1f}, {h['predicted_ci'][1]:.1f}] | "
+                         f"{e['measured_tokens_per_s']:.1f} | {h['measured_over_predicted']:.3f} "
+                         f"[{h['ratio_ci'][0]:.3f}, {h['ratio_ci'][1]:.3f}] | {e['n_prompts']} |")
+    lines += ["", "Rows 'fit without its decodes': the coefficients, the drafters' call times included, come only from "
+              "the other configurations' decodes (of the other prompts): the test of a configuration never timed."]
     worst = max(r.entries, key=lambda e: abs(e["measured_over_predicted"] - 1))
     lines += ["", f"largest miss: {worst['config']}, measured / predicted {worst['measured_over_predicted']:.3f} "
               f"({'within' if abs(worst['measured_over_predicted'] - 1) <= 0.15 else 'outside'} 15%)"]

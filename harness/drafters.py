@@ -567,6 +567,13 @@ class CascadeDrafter(Drafter):
         self.needs_features = any(getattr(env.drafters[p], "needs_features", False) for p in self.parts)
         self.drafters = [env.drafters[p] for p in self.parts]
 
+    def start(self, workload, prompt_id):
+        # the parts' per-prompt state (a draft model's cache) starts afresh with the cascade's prompt; their
+        # finish() is not passed on: the engine finishes every drafter itself, and a suffix corpus would
+        # receive each output twice
+        for d in self.drafters:
+            getattr(d, "start", lambda *a: None)(workload, prompt_id)
+
     def _extend(self, pre: Prefix, a: Draft, k: int) -> Draft:
         n = 0
         while n < len(a.tokens) and a.conf[n] >= self.min_conf:

@@ -65,22 +65,23 @@ def _line(config, wl, pid, ids, res, wall_ms, dense_output) -> dict:
             "same_as_dense": res.output == list(dense_output)}
 
 
-def read_done(rd, configs: list[str]) -> set[tuple[str, str]]:
-    """Prompts whose every configuration is in live.jsonl; rewrites the file to exactly those
-    (a killed live phase leaves at most one prompt half done, or a truncated last line)."""
+def read_done(rd, configs: list[str], chosen: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Prompts of the sample whose every configuration is in live.jsonl; rewrites the file to exactly
+    those, one line per configuration (a killed live phase leaves at most one prompt half done, or a
+    truncated last line)."""
     path = rd.dir / LIVE_FILE
     if not path.exists():
         return set()
-    lines: dict[tuple[str, str], list[str]] = {}
+    lines: dict[tuple[str, str], dict[str, str]] = {}
     for raw in path.read_text().splitlines():
         try:
             rec = json.loads(raw)
         except ValueError:
             break
-        lines.setdefault((rec["workload"], rec["prompt_id"]), []).append(raw)
+        lines.setdefault((rec["workload"], rec["prompt_id"]), {}).setdefault(rec["config"], raw)
     want = set(configs)
-    done = {k for k, v in lines.items() if {json.loads(x)["config"] for x in v} == want}
-    rd.write_text(LIVE_FILE, "".join(x + "\n" for k, v in lines.items() if k in done for x in v))
+    done = {k for k, v in lines.items() if set(v) == want and k in chosen}
+    rd.write_text(LIVE_FILE, "".join(v[c] + "\n" for k, v in lines.items() if k in done for c in configs))
     return done
 
 
@@ -95,7 +96,7 @@ def run(rd, target, make_drafters, prompts, cfg: RunConfig, n_per_workload: int,
     if "best_of_n" in configs:
         engines["best_of_n"] = Engine(target, drafters, live_cfg, best_of_n=True)
     chosen = sample(prompts, n_per_workload, cfg.seed)
-    done = read_done(rd, configs)
+    done = read_done(rd, configs, chosen)
     warm = next(((wl, pid, ids) for wl, pid, ids in prompts if (wl, pid) in chosen), None)
     if warm is not None and len(done) < len(chosen):  # first calls pay one-off costs: not timed
         for c in configs:

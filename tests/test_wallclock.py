@@ -63,8 +63,9 @@ def test_a_planted_timing_model_is_recovered(run):
     coef = {"prefill": 3.0, "prompt_token": 0.05, "pass": 1.5, "verified_token": 0.2}
     call = {n: 0.5 + i for i, n in enumerate(t.drafters)}
     for r in live:
+        r["draft_ms"] = {d: call[d] * c for d, c in r["calls"].items()}  # what timing every call would measure
         r["wall_ms"] = (coef["prefill"] + coef["prompt_token"] * r["prompt_len"] + coef["pass"] * r["passes"]
-                        + coef["verified_token"] * r["verified"] + sum(call[d] * c for d, c in r["calls"].items()))
+                        + coef["verified_token"] * r["verified"] + sum(r["draft_ms"].values()))
     res = wallclock.evaluate(t, live, "planted", n_resamples=200)
     for e in res.entries:
         assert e["measured_over_predicted"] == pytest.approx(1.0, abs=1e-3)
@@ -72,6 +73,10 @@ def test_a_planted_timing_model_is_recovered(run):
         assert lo <= e["measured_tokens_per_s"] <= hi
     for d in t.drafters:
         assert res.coef[f"call:{d}"] == pytest.approx(call[d], rel=1e-3)
+    for k, v in coef.items():
+        assert res.coef[k] == pytest.approx(v, rel=1e-3, abs=1e-6)
+    for e in res.entries:  # a configuration never seen by its fit is predicted too
+        assert e["held_out_configuration"]["measured_over_predicted"] == pytest.approx(1.0, abs=1e-3)
     # every prompt's prediction comes from the other folds: a slow machine on one fold's decodes shows as a miss
     fold0 = {r["prompt_id"] for r in live if wallclock.fold_of(f"{r['workload']}/{r['prompt_id']}") == 0}
     assert fold0 and len(fold0) < 6
@@ -104,6 +109,7 @@ def test_sample_is_seeded_and_order_free():
 
 @pytest.mark.parametrize("edit, match", [
     (lambda r: r.pop("wall_ms"), "wall_ms: missing field"),
+    (lambda r: r.pop("draft_ms"), "draft_ms: missing field"),
     (lambda r: r.update(passes=1.5), "passes: 1.5 is not a count"),
     (lambda r: r.update(wall_ms=math.nan), "not a positive number"),
     (lambda r: r.update(wall_ms=-1), "not a positive number"),
@@ -118,4 +124,14 @@ def test_bad_live_lines_are_refused_with_their_line(run, tmp_path, edit, match):
 
 def test_no_live_phase_is_a_clear_error(tmp_path):
     with pytest.raises(LogError, match="no live phase"):
+        wallclock.read_live(tmp_path)
+
+
+def test_live_files_with_a_duplicate_or_a_missing_configuration_are_refused(run, tmp_path):
+    live = _live(run["dir"])
+    (tmp_path / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live + live[:1]))
+    with pytest.raises(LogError, match="a second time"):
+        wallclock.read_live(tmp_path)
+    (tmp_path / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live[1:]))
+    with pytest.raises(LogError, match="lacks"):
         wallclock.read_live(tmp_path)

@@ -194,3 +194,38 @@ def test_copy_drills_repeat_a_corpus_span_to_the_end():
         # the span itself is a contiguous corpus window (some rotation of the row's period)
         period = row[-n:]
         assert any(np.roll(period, k).tobytes() in text for k in range(n))
+
+
+def test_best_of_n_live_on_the_zoo_equals_greedy_through_eos_with_its_cache_and_features():
+    """Best-of-N on real zoo prompts that end at EOS, the advancing draft often not the first: the output, the
+    cache and the features it leaves equal plain greedy generation's."""
+    import torch
+
+    from harness import lm
+    from harness.drafters import DrafterEnv, build_drafters, parse_spec
+    from harness.engine import Engine, RunConfig
+    from harness.target import Target
+    from workloads import load
+    torch.set_num_threads(1)
+    model, tok = lm.load_lm(TARGET_DIR), lm.load_tokenizer(TARGET_DIR)
+    env = DrafterEnv(model, tok, TARGET_DIR)
+    specs = ["ngram=ngram", f"draft=draft:path={DRAFT_DIR}", "suffix=suffix"]
+    drafters = build_drafters([parse_spec(s) for s in specs], env)
+    tgt = Target(model, tok)
+    eng = Engine(tgt, {n: drafters[n] for n in ("suffix", "ngram", "draft")}, RunConfig("live", 8, 96), best_of_n=True)
+    ended, not_first = 0, 0
+    for p in load(["math"], limit=4):
+        ids = p.token_ids(tok)
+        res = eng.run_prompt(p.workload, p.prompt_id, ids)
+        y, feats, cache = tgt.generate(ids, 96, 0)
+        assert res.output == y
+        ended += y[-1] in tgt.eos
+        f, c = res.state
+        assert lm.cache_len(c) == lm.cache_len(cache) == len(ids) + len(y) - 1
+        assert torch.allclose(f, feats, atol=1e-4)
+        k_live, k_ref = c.layers[0].keys, cache.layers[0].keys
+        assert torch.allclose(k_live, k_ref, atol=1e-4)
+        for r in res.records:
+            acc = [d["accepted"] for d in r["drafts"].values()]
+            not_first += acc.index(max(acc)) != 0
+    assert ended >= 2 and not_first >= 3  # EOS reached, and the winner's keys were moved into place
