@@ -302,6 +302,8 @@ def _parse_exact(line: bytes, path: Path, ln: int, is_last: bool):
         obj = json.loads(line, object_pairs_hook=_no_duplicates)
     except _DuplicateKey as e:
         raise LogError(path, ln, str(e), "duplicate key in one JSON object") from None
+    except RecursionError:
+        raise LogError(path, ln, "line", "nested too deeply (a JSON value inside thousands of brackets)") from None
     except ValueError as e:
         what = "truncated last line (an interrupted write?)" if is_last else "not valid JSON"
         raise LogError(path, ln, "line", f"{what}: {str(e).splitlines()[0]}") from None

@@ -94,3 +94,10 @@ def test_a_name_with_a_lone_surrogate_is_refused_naming_the_file(tmp_path):
     f.write_text("".join(json.dumps(r) + "\n" for r in recs))  # json.dumps writes it as the escape \\ud800
     with pytest.raises(LogError, match=r"blocks_sim.jsonl:0: prompt_id: name .* is not valid Unicode"):
         load_logs([d])
+
+
+def test_deep_nesting_is_a_located_error(tmp_path):
+    (tmp_path / "blocks_x.jsonl").write_text('{"v":1,"workload":"w","prompt_id":"p","pos":0,"drafts":{"a":{"tokens":'
+                                             + "[" * 100000 + "]" * 100000 + "}}}\n")
+    with pytest.raises(LogError, match=r"blocks_x.jsonl:1: line: nested too deeply"):
+        load_logs([tmp_path])
