@@ -223,7 +223,7 @@ def _columns(t, names: Sequence[str], schema_names: Sequence[str], features: Cal
     out = {"workload": _strings(_column(t, "workload")), "prompt_id": _strings(_column(t, "prompt_id")),
            "pos": _ints(_column(t, "pos"))}
     blk, has = _np(_column(t, "block"), np.int64, nulls=True)
-    if (blk[has] < 0).any() or (blk[has] > 2**53).any():  # the exact path carries block through float64
+    if (blk[has] < 0).any():
         raise _Unfit
     out["block"] = np.where(has, blk, -1)
     out["target_ms"] = _optional(_column(t, "target_ms"))

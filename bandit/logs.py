@@ -594,8 +594,11 @@ def _bulk(objs: list, names: Sequence[str], lines: list[bytes] | None) -> _Batch
     blk = list(map(dict.get, objs, repeat("block")))
     if not _types(blk) <= {int, type(None)}:
         return "block"
-    blk = np.array(blk, float)
-    if (blk < 0).any():
+    if any(b is not None and b < 0 for b in blk):
+        return "block"
+    try:  # int64 straight from the Python ints: a float64 round trip would merge 2**53 + 1 into 2**53
+        blk = np.array([-1 if b is None else b for b in blk], np.int64)
+    except OverflowError:
         return "block"
     tms = _optional_numbers(objs, "target_ms")
     if tms is None:
@@ -655,7 +658,7 @@ def _bulk(objs: list, names: Sequence[str], lines: list[bytes] | None) -> _Batch
     if lines is not None and raw.count(b'"') != 2 * (n_keys + 2 * n):
         return "duplicate key or unknown string field"
     return _Batch(line=np.zeros(n, np.int64), workload=wl, prompt_id=pid, pos=pos,
-                  block=np.where(np.isnan(blk), -1, blk).astype(np.int64), target_ms=tms, accepted=acc_out,
+                  block=blk, target_ms=tms, accepted=acc_out,
                   draft_len=len_out, expected=exp_out, features=feat_out, ms=ms_out)
 
 

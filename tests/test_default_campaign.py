@@ -101,3 +101,14 @@ def test_deep_nesting_is_a_located_error(tmp_path):
                                              + "[" * 100000 + "]" * 100000 + "}}}\n")
     with pytest.raises(LogError, match=r"blocks_x.jsonl:1: line: nested too deeply"):
         load_logs([tmp_path])
+
+
+def test_large_integers_survive_every_reader_exactly(tmp_path):
+    from bandit.logs import load_logs_reference
+    recs = [{"v": 1, "workload": "w", "prompt_id": "p", "pos": 3 * i, "block": b,
+             "drafts": {"a": {"tokens": [1, 2], "accepted": 1, "conf": [0.5, 0.5], "entropy": [0.1, 0.1]}}}
+            for i, b in enumerate([2**53 + 1, 2**53 + 2, 2**62 + 1])]
+    (tmp_path / "blocks_x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    want = [2**53 + 1, 2**53 + 2, 2**62 + 1]
+    assert [int(x) for x in load_logs([tmp_path]).block] == want  # the bulk path, not via float64
+    assert [int(x) for x in load_logs_reference([tmp_path]).block] == want
