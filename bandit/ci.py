@@ -412,9 +412,16 @@ def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: 
         for key, name in (("capture", "selector_capture"), ("redraft_rate", "selector_redraft_rate"),
                           ("skill", "selector_skill"), ("token_gain", "selector_token_gain"),
                           ("speedup", "selector_speedup")):
-            if key == "skill" and not 0 < o["redraft_rate"][0] < 1:
-                continue   # skill is defined only where the selector re-drafts
+            why = None
+            if key == "skill" and not 0 < o["redraft_rate"][0] < 1:  # listed with the reason, not dropped
+                why = ("undefined: the selector re-drafts " + ("every block" if o["redraft_rate"][0] >= 1 else
+                       "no block") + ", so capture per re-draft says nothing about its ranking")
             if key == "capture" and not np.isfinite(o["capture"][0]):
+                why = "undefined: the alternatives have no gap to capture on this block set"
+            if why is not None:
+                nan = float("nan")
+                out.append(Entry(f"{name}{sfx}", Interval(nan, nan, nan, method, unit, n_refit, seed, why), 0,
+                                 t.n_prompts, t.label))
                 continue
             add(f"{name}{sfx}", o[key], ob[key], None if oj is None else oj[key], g,
                 "MODEL" if key == "speedup" else t.label)

@@ -98,6 +98,9 @@ def headline_table(by: dict[str, dict]) -> str:
     for text, name, pct in HEADLINE:
         if name in by:
             e = by[name]
+            if e["value"] is None:  # listed with its reason, as ci.json has it
+                out.append(f"| {text} | {e.get('warning') or 'undefined'} | no CI | {_tag(e)} |")
+                continue
             out.append(f"| {text} | {_fmt(e['value'], pct)} | {_ci(e, pct)} | {_tag(e)} |")
     return "\n".join(out)
 
@@ -149,14 +152,15 @@ def selector_table(by: dict[str, dict], runs: Path) -> str:
             cells.append(f"{_fmt(e['value'])} {_ci(e)}{mark}")
         out.append(f"| {sc[1:] or 'logistic'} | " + " | ".join(cells) + " |")
     out += ["", "Operating point of the logistic selector per held-out workload (alternatives and threshold chosen on "
-            "the other workloads by the cost model's speedup; rules in `{rel(runs)}/selector.txt`):", "",
+            f"the other workloads by the cost model's speedup; rules in `{rel(runs)}/selector.txt`):", "",
             "| held-out | redraft rate | token gain | speedup [MODEL] | skill |", "|---|---|---|---|---|"]
     for w in wls:
         r, g, sp = (by.get(f"{k}[{w}]") for k in ("selector_redraft_rate", "selector_token_gain", "selector_speedup"))
         sk = by.get(f"selector_skill[{w}]")
         cell = lambda e, pct=False: "n/a" if e is None else f"{_fmt(e['value'], pct)} {_ci(e, pct)}"
-        skill = cell(sk) if sk else ("degenerate: never re-drafts" if r and r["value"] == 0 else
-                                     "degenerate: re-drafts every block" if r and r["value"] == 1 else "n/a")
+        skill = (cell(sk) if sk and sk["value"] is not None else
+                 "degenerate: never re-drafts" if r and r["value"] == 0 else
+                 "degenerate: re-drafts every block" if r and r["value"] == 1 else "n/a")
         out.append(f"| {w} | {cell(r)} | {cell(g, True)} | {cell(sp)} | {skill} |")
     return "\n".join(out)
 

@@ -74,4 +74,7 @@ def test_one_workload_lists_the_selector_with_its_reason(logs):
 def test_the_shipped_campaign_has_no_degenerate_entries():
     camp = Path(__file__).resolve().parents[1] / (Path(__file__).resolve().parents[1] / "paper" / "campaign.txt").read_text().strip()
     for e in json.loads((camp / "ci.json").read_text()):
-        assert e["value"] is not None and None not in e["ci"] and e["ci"][0] <= e["value"] <= e["ci"][1], e["name"]
+        if e["value"] is None:  # only where the definition has no value, and then with the reason
+            assert e["warning"].startswith("undefined") and e["name"].startswith(("selector_skill", "selector_capture"))
+            continue
+        assert None not in e["ci"] and e["ci"][0] <= e["value"] <= e["ci"][1], e["name"]
