@@ -205,7 +205,7 @@ def test_any_key_order_whitespace_and_escapes_identical(tmp_path, compiled):
     rng = random.Random(11)
     recs = simulate(SimConfig(n_prompts=3, out_len=12, seed=9))
     names = ["caf\u00e9/\"1\"", "tab\there", "\u2603 snow", "emoji \U0001F600", "sl/ash\\back", "nul\u0000",
-             "lone \ud800 surrogate", "\u00e9"]
+             "\u00e9"]  # a lone surrogate is refused by every reader (tests/test_default_campaign.py)
     for i, r in enumerate(recs):
         r["prompt_id"] = names[i % len(names)] + r["prompt_id"]
         r["drafts"]["ngram"]["conf"] = [1 if c > 0.5 else 0 for c in r["drafts"]["ngram"]["conf"]]
@@ -215,7 +215,7 @@ def test_any_key_order_whitespace_and_escapes_identical(tmp_path, compiled):
     path.write_text("\n".join(" " + _respell(r, rng) + "\r" for r in recs), encoding="utf-8")
     t = _same_outcome([path])
     assert compiled == ["compiled"] and not isinstance(t, str) and t.n_records == len(recs)
-    assert "sim/\u00e9" not in t.prompt_ids and any("\ud800" in p for p in t.prompt_ids)
+    assert "sim/\u00e9" not in t.prompt_ids and any("\u2603" in p for p in t.prompt_ids)
 
 
 @pytest.mark.parametrize("what,bad", [
