@@ -298,13 +298,16 @@ def render(r: BreakevenReport) -> str:
     K = r.K
     lines.append(f"best-of-N ({K} alternatives, R = 1): token gain {r.bon_gain.fmt(pct=True)}; union verification of "
                  f"{K + 1} drafts alpha {c.alpha(K):.3f}: speedup {r.bon_speedup().fmt()}")
+    if r.live and "unavailable" in r.live:
+        lines.append(f"best-of-N decoded live: not evaluated ({r.live['unavailable']})")
     sp = (r.live or {}).get("speedup_over_primary")
     if sp is not None:
         lo, hi = sp["measured_ci"]
         verdict = ("faster than" if lo > 1 else "slower than" if hi < 1 else "not distinguishable from")
+        pred = "n/a" if sp["predicted"] is None or not math.isfinite(sp["predicted"]) else f"{sp['predicted']:.3f}"
         lines.append(f"best-of-N decoded live ({r.live['n_prompts']} prompts of the live phase, against "
                      f"{sp['primary']} on the same prompts): speedup {sp['measured']:.3f} [{lo:.3f}, {hi:.3f}] "
-                     f"[MEASURED]: {verdict} the primary alone (timing model's prediction {sp['predicted']:.3f}; "
+                     f"[MEASURED]: {verdict} the primary alone (timing model's prediction {pred}; "
                      "bandit/wallclock.py)")
     for d, g in r.single_gain.items():
         j = r.drafters.index(d)
@@ -354,7 +357,8 @@ def plot(r: BreakevenReport, path: Path) -> None:
         bands = [r.bon_speedup(x, a) for x in rho]
         v, lo, hi = (np.array([getattr(b, k) for b in bands]) for k in ("value", "lo", "hi"))
         al = 0.0 if a is not None else r.costs.alpha(r.K)
-        rows += [f"{al:.6g},{x:.3f},{y:.6f},{l:.6f},{h:.6f}" for x, y, l, h in zip(rho, v, lo, hi)]
+        cell = lambda z: f"{z:.6f}" if np.isfinite(z) else ""  # noqa: E731 - no interval: an empty cell, not nan
+        rows += [f"{al:.6g},{x:.3f},{y:.6f},{cell(l)},{cell(h)}" for x, y, l, h in zip(rho, v, lo, hi)]
         ax.plot(rho, v, color=f"C{i}", label=f"best-of-N, {name}")
         ax.fill_between(rho, lo, hi, color=f"C{i}", alpha=0.2, lw=0)
     ax.axhline(1.0, color="grey", lw=0.8)
@@ -414,10 +418,15 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
 def _live_entry(t, seed: int) -> dict | None:
     """best-of-N's entry of the run's live phase, when the logs are one run that has one."""
     from bandit import wallclock
+    from bandit.logs import LogError
     dirs = {Path(s.path).parent for s in t.sources}
     if len(dirs) != 1 or not (next(iter(dirs)) / wallclock.LIVE_FILE).is_file() or not t.dense:
         return None
-    res = wallclock.evaluate(t, wallclock.read_live(next(iter(dirs))), seed=seed)
+    run = next(iter(dirs))
+    try:
+        res = wallclock.evaluate(t, wallclock.read_live(run), seed=seed, live_path=run / wallclock.LIVE_FILE)
+    except LogError as e:  # the live phase cannot be evaluated: said, and the rest of the report stands
+        return {"unavailable": str(e)}
     return next((e for e in res.entries if e["config"] == "best_of_n"), None)
 
 

@@ -30,9 +30,9 @@ Re-exports the simulator (bandit/simulate.py) and the policies (bandit/policies.
 multi-sequence tokens/s [MODEL] with prompt-cluster CIs. Every line is labelled [MEASURED],
 [SIM] or [MODEL] (or is an indented continuation of a labelled line) and names its block set.
 
-    python bandit/core.py [PATHS...] [--out FILE]   # default campaign -> runs/core.txt; with PATHS and no
-                                                    # --out -> <first log's directory>/core.txt (runs/core.txt
-                                                    # is left alone); tqdm progress on stderr
+    python bandit/core.py [PATHS...] [--out FILE]   # -> <run dir>/core.txt beside the one run read (the
+                                                    # default campaign's without PATHS; nothing for several
+                                                    # runs pooled); tqdm progress on stderr
     specbandit policies PATHS --json [--mode block|trajectory]
 """
 from __future__ import annotations

@@ -61,7 +61,12 @@ def read_live(run: Path) -> list[dict]:
     if not path.is_file():
         raise LogError(path, 0, "live.jsonl", "no live phase in this run (sweep.py --live-prompts N writes it)")
     out = []
-    for i, raw in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise LogError(path, line, "line", "not UTF-8 text") from None
+    for i, raw in enumerate(text.splitlines(), 1):
         try:
             rec = json.loads(raw)
         except ValueError as e:
@@ -72,14 +77,22 @@ def read_live(run: Path) -> list[dict]:
                   "wall_ms", "draft_ms"):
             if f not in rec:
                 raise LogError(path, i, f, "missing field")
+        for f in ("config", "workload", "prompt_id"):
+            if not isinstance(rec[f], str) or not rec[f]:
+                raise LogError(path, i, f, f"{rec[f]!r} is not a name")
         for f in ("prompt_len", "tokens", "passes", "verified"):
-            if not isinstance(rec[f], int) or isinstance(rec[f], bool) or rec[f] < 0:
+            if not _count(rec[f]):
                 raise LogError(path, i, f, f"{rec[f]!r} is not a count")
         w = rec["wall_ms"]
         if not (isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0):
             raise LogError(path, i, "wall_ms", f"{w!r} is not a positive number")
-        if not isinstance(rec["calls"], dict) or not all(isinstance(v, int) for v in rec["calls"].values()):
-            raise LogError(path, i, "calls", "not an object of call counts")
+        if not isinstance(rec["calls"], dict) or not all(_count(v) for v in rec["calls"].values()):
+            raise LogError(path, i, "calls", f"{rec['calls']!r} is not an object of call counts")
+        dm = rec["draft_ms"]
+        if not isinstance(dm, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               and math.isfinite(v) and v >= 0 for v in dm.values()):
+            raise LogError(path, i, "draft_ms", f"{dm!r} is not an object of times in ms (finite, >= 0)")
+        rec["_line"] = i
         out.append(rec)
     if not out:
         raise LogError(path, 0, "live.jsonl", "empty")
@@ -95,6 +108,10 @@ def read_live(run: Path) -> list[dict]:
             raise LogError(path, 0, "config", f"{key[0]}/{key[1]} lacks {sorted(configs - got)}: every prompt of the "
                            "live phase needs every configuration (an unfinished live phase: resume the sweep)")
     return out
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
 
 
 def _trajectory_counts(t: BlockTable, config: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -113,10 +130,16 @@ def _trajectory_counts(t: BlockTable, config: str) -> tuple[np.ndarray, np.ndarr
     return passes, verified.astype(np.int64), passes[:, None] * used[None, :]
 
 
-def decodes(t: BlockTable, live: list[dict]) -> list[Decode]:
+def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> list[Decode]:
     trajectory.require_dense(t)
     index = {name: i for i, name in enumerate(t.prompt_ids)}
-    counts = {c: _trajectory_counts(t, c) for c in sorted({r["config"] for r in live})}
+    counts = {}
+    for r in live:
+        if r["config"] not in counts:
+            try:
+                counts[r["config"]] = _trajectory_counts(t, r["config"])
+            except LogError as e:
+                raise LogError(path, r.get("_line", 0), "config", e.problem) from None
     wl_of = np.zeros(t.n_prompts, np.int64)
     wl_of[t.prompt] = t.workload
     lengths = trajectory.output_lengths(t)
@@ -124,7 +147,7 @@ def decodes(t: BlockTable, live: list[dict]) -> list[Decode]:
     for r in live:
         key = f"{r['workload']}/{r['prompt_id']}"
         if key not in index:
-            raise LogError(LIVE_FILE, 0, "prompt_id", f"prompt {key} is not in the dense log")
+            raise LogError(path, r.get("_line", 0), "prompt_id", f"prompt {key} is not in the dense log")
         p = index[key]
         passes, verified, calls = counts[r["config"]]
         x_live = np.r_[1.0, r["prompt_len"], r["passes"], r["verified"],
@@ -177,8 +200,15 @@ class WallclockResult:
                 "passes_agree": list(self.passes_agree), "entries": self.entries}
 
 
-def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 2000, seed: int = 0) -> WallclockResult:
-    dec = decodes(t, live)
+def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 2000, seed: int = 0,
+             live_path: Path | str = LIVE_FILE) -> WallclockResult:
+    dec = decodes(t, live, live_path)
+    per_wl = np.bincount([d.workload for d in dec if d.config == dec[0].config], minlength=len(t.workloads))
+    thin = [t.workloads[w] for w in range(len(t.workloads)) if 0 < per_wl[w] < 2]
+    if thin:  # one prompt: no interval within its workload, and nothing to fit its prediction on
+        raise LogError(live_path, 0, "prompts", f"the live phase has one prompt in {', '.join(thin)}; the timing "
+                       "model is fitted on other prompts and the intervals resample prompts within workloads: "
+                       "it needs at least 2 per workload (sweep.py --live-prompts N)")
     names = list(TERMS) + [f"call:{d}" for d in t.drafters]
     X = np.array([d.x_live for d in dec])
     y = np.array([d.wall_ms for d in dec])
@@ -225,6 +255,9 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
         sums[c] = cluster_sums(c, pred)
 
     def iv(v):
+        v = v[np.isfinite(v)]
+        if v.size < 2:
+            return [None, None]
         return [round(float(np.percentile(v, 2.5)), 4), round(float(np.percentile(v, 97.5)), 4)]
 
     def rates(c, sc=None):  # (measured, predicted) tokens/s: point and resamples
@@ -245,7 +278,7 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
             e["speedup_over_primary"] = {"primary": primary, "measured": round(meas / pm, 4),
                                          "measured_ci": iv(bm / pbm), "predicted": round(prd / pp, 4),
                                          "predicted_ci": iv(bp / pbp)}
-        if c in held:
+        if c in held and np.isfinite(held[c]).all():  # a fold with no other configuration to fit on: none
             _, (hp, hbp) = rates(c, cluster_sums(c, held[c]))
             e["held_out_configuration"] = {"what": "predicted by a fit without any decode of this configuration",
                                            "predicted_tokens_per_s": round(hp, 4), "predicted_ci": iv(hbp),
@@ -349,7 +382,7 @@ def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int =
     out = output_path(paths, "wallclock.json", out)
     t = load_logs(paths)
     run = run_dir_of(t)
-    r = evaluate(t, read_live(run), run.name, n_resamples, seed)
+    r = evaluate(t, read_live(run), run.name, n_resamples, seed, run / LIVE_FILE)
     text = render(r)
     tail = ""
     if out is not None:

@@ -111,6 +111,12 @@ def test_sample_is_seeded_and_order_free():
     (lambda r: r.pop("wall_ms"), "wall_ms: missing field"),
     (lambda r: r.pop("draft_ms"), "draft_ms: missing field"),
     (lambda r: r.update(passes=1.5), "passes: 1.5 is not a count"),
+    (lambda r: r.update(passes=10**30), "passes: .* is not a count"),
+    (lambda r: r.update(config=["x"]), r"config: \['x'\] is not a name"),
+    (lambda r: r.update(workload=7), "workload: 7 is not a name"),
+    (lambda r: r.update(calls={"ngram": -5}), "calls: .* is not an object of call counts"),
+    (lambda r: r.update(draft_ms="x"), "draft_ms: 'x' is not an object of times"),
+    (lambda r: r.update(draft_ms={"ngram": math.nan}), "draft_ms: .* is not an object of times"),
     (lambda r: r.update(wall_ms=math.nan), "not a positive number"),
     (lambda r: r.update(wall_ms=-1), "not a positive number"),
 ])
@@ -135,3 +141,36 @@ def test_live_files_with_a_duplicate_or_a_missing_configuration_are_refused(run,
     (tmp_path / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live[1:]))
     with pytest.raises(LogError, match="lacks"):
         wallclock.read_live(tmp_path)
+
+
+def test_live_lines_that_do_not_match_the_dense_log_name_their_line(run, tmp_path):
+    import shutil
+    d = tmp_path / "r"
+    shutil.copytree(run["dir"], d)
+    live = _live(d)
+    for r in live:
+        if r["config"] == "fixed:ngram":
+            r["config"] = "fixed:bogus"
+    (d / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live))
+    first = next(i for i, r in enumerate(live, 1) if r["config"] == "fixed:bogus")
+    with pytest.raises(LogError, match=rf"live.jsonl:{first}: config: 'fixed:bogus' names none"):
+        wallclock.main([d], n_resamples=20)
+
+
+def test_one_prompt_per_workload_is_refused_not_nan(run, tmp_path):
+    live = [r for r in _live(run["dir"]) if r["prompt_id"] in ("c0", "p0") or r["workload"] not in ("code", "copy")]
+    keep = {(r["workload"], r["prompt_id"]) for r in live}
+    live = [r for r in _live(run["dir"]) if (r["workload"], r["prompt_id"]) in
+            {min(k for k in keep if k[0] == w) for w in {k[0] for k in keep}}]
+    with pytest.raises(LogError, match="needs at least 2 per workload"):
+        wallclock.evaluate(load_logs([run["dir"]]), live, n_resamples=20)
+
+
+def test_one_configuration_writes_valid_json(run, tmp_path):
+    import shutil
+    d = tmp_path / "r"
+    shutil.copytree(run["dir"], d)
+    (d / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _live(d) if r["config"] == "fixed:ngram"))
+    wallclock.main([d], out=tmp_path / "w.json", n_resamples=20)
+    text = (tmp_path / "w.json").read_text()
+    assert "NaN" not in text and json.loads(text)["entries"][0]["config"] == "fixed:ngram"
