@@ -441,7 +441,8 @@ def headline(t: BlockTable, unit: str = "prompt", method: str = "percentile", n_
         nan = float("nan")
         entries += [Entry(n, Interval(nan, nan, nan, method, unit, 0, seed, why), 0, t.n_prompts, t.label)
                     for n in SELECTOR_HEADLINE]
-    entries = [degenerate(e, t, unit) for e in entries]
+    flat = no_variation(t, unit)
+    entries = [degenerate(e, flat) for e in entries]
     return sorted(entries, key=lambda e: e.name)
 
 
@@ -458,15 +459,16 @@ def no_variation(t: BlockTable, unit: str = "prompt") -> str | None:
     return None
 
 
-def degenerate(e: Entry, t: BlockTable, unit: str) -> Entry:
-    """An interval the bootstrap cannot make says so instead of showing zero width or nan."""
+def degenerate(e: Entry, flat: str | None) -> Entry:
+    """An interval the bootstrap cannot make says so instead of showing zero width or nan; `flat` is
+    `no_variation`'s reason, when the table has one."""
     c = e.ci
     why = None
     if not np.isfinite(c.value):
         why = c.warning if c.warning and c.warning.startswith("undefined") else \
             "undefined: a ratio with nothing in its denominator on this block set (no blocks, or none accepted)"
-    elif no_variation(t, unit):
-        why = no_variation(t, unit)
+    elif flat:
+        why = flat
     elif not (np.isfinite(c.lo) and np.isfinite(c.hi)):
         why = c.warning or "no CI: the statistic is undefined in the resamples"
     if why is None:

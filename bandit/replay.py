@@ -27,7 +27,7 @@ import typer
 from bandit import trajectory
 from bandit.trajectory import (TrajectoryResult, fixed_trajectory, greedy_oracle_trajectory,  # noqa: F401
                                trajectory_oracle)
-from bandit.ci import accepted_entries, degenerate, fmt, fmt_ci, table_stats
+from bandit.ci import accepted_entries, degenerate, fmt, fmt_ci, no_variation, table_stats
 from bandit.logs import BlockTable, default_inputs, load_logs
 
 
@@ -238,10 +238,11 @@ def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int 
     headroom, the per-block gap and, on dense logs, the trajectory oracle gain."""
     keep = ("per_block_gap", "workload_headroom", "trajectory_oracle_gain")
     entries = [e for e in table_stats(t, "prompt", n_resamples, seed, "percentile") if e.name in keep]
-    cis = {e.name: degenerate(e, t, "prompt").ci for e in entries}
+    flat = no_variation(t, "prompt")
+    cis = {e.name: degenerate(e, flat).ci for e in entries}
     if t.dense:   # the length-biased per-position figures, for contrast: every position treated as a block
         for e in accepted_entries(t, "prompt", n_resamples, seed, "percentile", rechoose=True)[:2]:
-            cis[f"{e.name}_per_position"] = degenerate(e, t, "prompt").ci
+            cis[f"{e.name}_per_position"] = degenerate(e, flat).ci
     return replace(s, ci=cis)
 
 

@@ -33,7 +33,7 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
-from bandit import trajectory
+from bandit import resample, trajectory
 from bandit.logs import BlockTable, LogError, default_inputs, load_logs
 
 LIVE_FILE = "live.jsonl"
@@ -237,13 +237,8 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
     strata = np.zeros(len(clusters), np.int64)
     for d in dec:
         strata[col[d.cluster]] = d.workload
-    rng = np.random.default_rng(seed)
-    draws = np.zeros((n_resamples, len(clusters)))            # cluster multiplicities per resample
-    for w in np.unique(strata):
-        members = np.flatnonzero(strata == w)
-        pick = rng.integers(0, members.size, (n_resamples, members.size))
-        np.add.at(draws, (np.arange(n_resamples)[:, None], members[pick]), 1.0)
-    sums = {}
+    # cluster multiplicities per resample: the bootstrap's own stratified draws (bandit/resample.py)
+    draws = np.concatenate(list(resample.count_chunks(strata, n_resamples, seed))).astype(float)
 
     def cluster_sums(c, p):
         S = np.zeros((len(clusters), 4))  # per cluster: live tokens, measured ms, dense tokens, predicted ms
@@ -251,8 +246,7 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
             if d.config == c:
                 S[col[d.cluster]] += (d.tokens, d.wall_ms, d.dense_tokens, p[i])
         return S, draws @ S
-    for c in configs:
-        sums[c] = cluster_sums(c, pred)
+    sums = {c: cluster_sums(c, pred) for c in configs}
 
     def iv(v):
         v = v[np.isfinite(v)]
