@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 # ---- The embedded default (the zoo issue provides the models; tune the sizes here) ----
-DEFAULT_PROMPTS_PER_WORKLOAD = 240  # prompts per workload in the dense phase of `python sweep.py`; sized so that dense + live phase take about 8 min on 2 CPU cores
+DEFAULT_PROMPTS_PER_WORKLOAD = 240  # prompts per workload in the dense phase of `python sweep.py`; sized to leave room for the live phase: both together took about 10 min on 2 CPU cores
 DEFAULT_MAX_NEW_TOKENS = 128  # output tokens per prompt
 DEFAULT_K = 8
 DEFAULT_LIVE_PROMPTS = 30  # live phase: prompts per workload decoded for real by every configuration

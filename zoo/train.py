@@ -566,8 +566,8 @@ def token_boundary_prompt(text: str, prompt: str) -> str:
     The byte-level pre-tokenizer attaches a whitespace run to the word after it ("\\n    return"
     becomes "\\n   " + " return"), so a prompt that ends in whitespace ends in a token the
     target never saw in that place: before an indented line, a lone newline token occurs in
-    training only at an item's end, and the target answered it with end-of-text (203 of 300
-    code prompts ended after one token). The whitespace belongs to the continuation."""
+    training only at an item's end, and the target answered it with end-of-text (most code
+    prompts ended after one token). The whitespace belongs to the continuation."""
     if not text.startswith(prompt):
         raise ValueError("the prompt is not a prefix of its item's text")
     return prompt.rstrip()
