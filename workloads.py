@@ -20,6 +20,7 @@ root in turn: `--data DIR`, `$SPECBANDIT_DATA`, `<models root>/data`, `<models r
   copyedit              copyedit/source.py          any text file: its 40-line chunks given back
                                                     with one identifier renamed
 """
+
 from __future__ import annotations
 
 import gzip
@@ -30,6 +31,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from bandit.errors import InputError
 
 REPO = Path(__file__).resolve().parent
 ZOO_WORKLOADS = REPO / "zoo" / "workloads"
@@ -43,12 +46,29 @@ BENCH_FILES = {  # workload -> usual path under a data root
 }
 SPECBENCH_CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 COPYEDIT_LINES = 40  # lines per copy/edit chunk
-_RESERVED = set(keyword.kwlist) | {"self", "print", "return", "const", "function", "while", "static", "public",
-                                   "void", "char", "struct", "include", "define", "else", "true", "false", "null"}
+_RESERVED = set(keyword.kwlist) | {
+    "self",
+    "print",
+    "return",
+    "const",
+    "function",
+    "while",
+    "static",
+    "public",
+    "void",
+    "char",
+    "struct",
+    "include",
+    "define",
+    "else",
+    "true",
+    "false",
+    "null",
+}
 
 
-class WorkloadError(ValueError):
-    pass
+class WorkloadError(InputError):
+    """A workload file or benchmark that cannot be read, said in one line."""
 
 
 @dataclass
@@ -133,8 +153,9 @@ def find_bench_file(name: str, paths: dict, data: str | None, models: str | None
         if t.is_file():
             return t
     where = ", ".join(map(str, tried)) or "nowhere: no data root (--data, $SPECBANDIT_DATA, --models/$MACH_MODELS)"
-    raise WorkloadError(f"workload {name}: benchmark file {rel} not found; looked in: {where}; "
-                        f"or give --workload-path {name}=FILE")
+    raise WorkloadError(
+        f"workload {name}: benchmark file {rel} not found; looked in: {where}; or give --workload-path {name}=FILE"
+    )
 
 
 def _first_turn(wl: str, pid, turns, where: str) -> PromptItem:
@@ -147,19 +168,22 @@ def _copyedit(path: Path) -> list[PromptItem]:
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     items = []
     for i in range(0, len(lines), COPYEDIT_LINES):
-        chunk = "\n".join(lines[i: i + COPYEDIT_LINES])
+        chunk = "\n".join(lines[i : i + COPYEDIT_LINES])
         words = Counter(w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", chunk) if w not in _RESERVED)
         if not words:
             continue
         old = sorted(words.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-        ask = (f"Return the following text unchanged, except that every occurrence of `{old}` "
-               f"is renamed to `{old}_v2`.\n\n{chunk}")
+        ask = (
+            f"Return the following text unchanged, except that every occurrence of `{old}` "
+            f"is renamed to `{old}_v2`.\n\n{chunk}"
+        )
         items.append(PromptItem("copyedit", f"{path.name}:{i + 1}", messages=[{"role": "user", "content": ask}]))
     return items
 
 
-def load_named(name: str, paths: dict | None = None, data: str | None = None,
-               models: str | None = None) -> list[PromptItem]:
+def load_named(
+    name: str, paths: dict | None = None, data: str | None = None, models: str | None = None
+) -> list[PromptItem]:
     """Prompts of a named workload (see the module docstring)."""
     paths = paths or {}
     base, _, cat = name.partition(":")
@@ -169,8 +193,10 @@ def load_named(name: str, paths: dict | None = None, data: str | None = None,
             raise WorkloadError(f"workload {base}: {f} not found (made by `python -m zoo.train workloads`)")
         return [p for p in load_workload_file(f, base) if p.workload == base]
     if base not in BENCH_FILES:
-        raise WorkloadError(f"unknown workload {name!r}; known: {', '.join(CPU_WORKLOADS + tuple(BENCH_FILES))}"
-                            " (specbench:CATEGORY filters Spec-Bench), or use --workload-file")
+        raise WorkloadError(
+            f"unknown workload {name!r}; known: {', '.join(CPU_WORKLOADS + tuple(BENCH_FILES))}"
+            " (specbench:CATEGORY filters Spec-Bench), or use --workload-file"
+        )
     f = find_bench_file(base, paths, data, models)
     if base == "copyedit":
         if f.suffix in (".jsonl", ".gz"):
@@ -200,8 +226,14 @@ def load_named(name: str, paths: dict | None = None, data: str | None = None,
     return items
 
 
-def load(names: list[str] | None = None, workload_file: str | None = None, limit: int | None = None,
-         paths: dict | None = None, data: str | None = None, models: str | None = None) -> list[PromptItem]:
+def load(
+    names: list[str] | None = None,
+    workload_file: str | None = None,
+    limit: int | None = None,
+    paths: dict | None = None,
+    data: str | None = None,
+    models: str | None = None,
+) -> list[PromptItem]:
     """All prompts of the requested workloads in order, at most `limit` per workload."""
     if workload_file:
         items = load_workload_file(workload_file)

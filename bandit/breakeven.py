@@ -11,10 +11,13 @@ block (tau = accepted + 1, capped at the output's end). Best-of-N is R = 1 with 
     python bandit/breakeven.py [PATHS...] [--out F]   # default campaign -> runs/<run>/breakeven.txt, .png, .csv
     specbandit breakeven --gain 0.081 --redraft 0.43 --alternatives 1 --rho 0.02,0.05,0.1 --alpha 0 --json
 """
+
 from __future__ import annotations
 
 if __package__ in (None, ""):  # run as `python bandit/breakeven.py`: import our `bandit`, not a namesake
-    import pathlib, sys
+    import pathlib
+    import sys
+
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 import dataclasses
@@ -27,157 +30,20 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-REF_RHO = 0.10                      # the what-if drafter cost (no timing in the manifest)
+from bandit import livelog, progress, selector, trajectory, wallclock
+from bandit.bootstrap import boot_totals, interval, no_variation
+from bandit.costmodel import Costs, breakeven_regime, breakeven_rho, costs_for, speedup_equal, whatif
+from bandit.errors import InputError
+from bandit.logs import default_inputs, load_logs, output_path
+
 TABLE_RHOS = (0.02, 0.05, 0.10, 0.15, 0.20)
 PLOT_ALPHAS = (0.0, 0.25)
 
 
-def speedup(gain, redraft_rate, rho_p, rho_alts: Sequence[float] | float, alpha):
-    """Speedup of the selector over the primary alone (docs/DESIGN.md); broadcasts over numpy arrays.
-
-    rho_alts: the alternatives' rho (a sequence; or one float meaning a single alternative).
-    """
-    alts = np.sum(np.asarray(rho_alts, float), axis=-1) if np.ndim(rho_alts) else rho_alts
-    c0 = 1.0 + np.asarray(rho_p, float)
-    c = c0 + np.asarray(redraft_rate, float) * (alts + np.asarray(alpha, float))
-    out = (1.0 + np.asarray(gain, float)) * c0 / c
-    return float(out) if np.ndim(out) == 0 else out
-
-
-def speedup_equal(gain, redraft_rate, n_alternatives: int, rho, alpha):
-    """What-if form: every drafter costs the same rho, K alternatives: c = 1 + rho + R (K rho + alpha)."""
-    rho = np.asarray(rho, float)
-    out = (1.0 + gain) * (1.0 + rho) / (1.0 + rho + redraft_rate * (n_alternatives * rho + alpha))
-    return float(out) if out.ndim == 0 else out
-
-
-def breakeven_rho(gain: float, redraft_rate: float, n_alternatives: int, alpha: float) -> float | None:
-    """The rho at which speedup_equal = 1, or None when no rho >= 0 separates winning from losing.
-
-    speedup > 1  <=>  f(rho) = g (1 + rho) - R (K rho + alpha) > 0, linear in rho:
-    root rho* = (g - R alpha) / (R K - g). Returns rho* when it is >= 0 (the selector wins below it
-    when f(0) > 0, above it otherwise); None when the sign of f never changes on rho >= 0: "never"
-    if f(0) <= 0 (loses at every drafter cost), "always" otherwise; `breakeven_regime` says which.
-    """
-    slope = gain - redraft_rate * n_alternatives
-    f0 = gain - redraft_rate * alpha
-    if slope == 0.0:
-        return None
-    root = -f0 / slope
-    return float(root) if root >= 0.0 and not (f0 == 0.0 and slope < 0) else None
-
-
-def breakeven_regime(gain: float, redraft_rate: float, n_alternatives: int, alpha: float) -> str:
-    """'below' (wins for rho < rho*), 'above' (wins for rho > rho*), 'never' or 'always' (on rho >= 0)."""
-    root = breakeven_rho(gain, redraft_rate, n_alternatives, alpha)
-    f0 = gain - redraft_rate * alpha
-    if root is None:
-        return "always" if f0 > 0 else "never"
-    return "below" if gain - redraft_rate * n_alternatives < 0 else "above"
-
-
-def whatif(gain: float, redraft_rate: float, n_alternatives: int, rhos: Sequence[float], alpha: float) -> dict:
-    """The what-if answer: {"speedup": {rho: value}, "breakeven_rho": value or None}."""
-    return {"speedup": {_fmt_rho(r): round(speedup_equal(gain, redraft_rate, n_alternatives, r, alpha), 6) for r in rhos},
-            "breakeven_rho": _round(breakeven_rho(gain, redraft_rate, n_alternatives, alpha))}
-
-
-def _fmt_rho(r: float) -> str:
-    return f"{r:g}"
-
-
-def _round(x: float | None, nd: int = 6) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
-# ---------------------------------------------------------------- measured rho and alpha
-
-WHATIF_RHO = REF_RHO     # without timing: every drafter costs this fraction of a verify pass...
-WHATIF_ALPHA_PER_DRAFT = 0.0  # ...and union verification of K more drafts costs K times this (0: free)
-
-
-@dataclass(frozen=True)
-class Costs:
-    """Per-block costs in units of one target verification pass (docs/DESIGN.md, cost model).
-
-    `rho[d]` is drafter d's call; `union[n]` the target's time to verify n drafts together over one
-    draft's, minus 1 (union[1] = 0), so verifying the primary and K alternatives together charges
-    alpha = union[1 + K]. `source` is "measured" (from a manifest's timing) or "what-if" (documented
-    constants, no timing in the logs).
-    """
-    drafters: tuple[str, ...]
-    rho: np.ndarray          # (D,) drafter cost / verify(k + 1)
-    union: np.ndarray        # (D + 1,) extra target cost of verifying n drafts together, index n; union[0] = union[1] = 0
-    source: str              # measured | what-if
-    hardware: str = ""
-    why: str = ""            # what-if: why the manifest's timing was not used
-
-    def alpha(self, n_alternatives: int) -> float:
-        return float(self.union[min(1 + int(n_alternatives), self.union.size - 1)])
-
-    def speedup(self, p: int, alts: Sequence[int], redraft_rate, gain):
-        """(1 + g) c0 / c with c0 = 1 + rho_p and c = c0 + R (sum_A rho + alpha(|A|)); broadcasts over R, g."""
-        return speedup(gain, redraft_rate, self.rho[p], [float(self.rho[j]) for j in alts] or [0.0],
-                       self.alpha(len(alts)))
-
-    def describe(self) -> str:
-        rho = ", ".join(f"{d} {r:.3f}" for d, r in zip(self.drafters, self.rho))
-        al = ", ".join(f"{n}: {self.union[n]:.3f}" for n in range(2, self.union.size))
-        how = (f"the manifest's timing ({self.hardware})" if self.source == "measured" else
-               f"what-if ({self.why or 'no timing in the logs'}): rho {WHATIF_RHO} for every drafter, union verification "
-               f"{WHATIF_ALPHA_PER_DRAFT} per extra draft")
-        return f"costs from {how}; rho: {rho}; union-verify alpha by drafts verified: {al}"
-
-
-def costs_for(drafters: Sequence[str], manifest: dict | None) -> Costs:
-    """Costs from a manifest's timing (measured), else the documented what-if."""
-    D = len(drafters)
-    m = rho_alpha_from_manifest(manifest) if manifest and manifest.get("timing") else None
-    if m is None or any(d not in m[0] for d in drafters):
-        union = np.r_[0.0, 0.0, WHATIF_ALPHA_PER_DRAFT * np.arange(1, D)]
-        why = "no timing in the logs" if m is None else \
-            f"the timing lacks drafter_ms for {', '.join(d for d in drafters if d not in m[0])}"
-        return Costs(tuple(drafters), np.full(D, WHATIF_RHO), union, "what-if", why=why)
-    rho, _ = m
-    vb = manifest["timing"]["verify_batch_ms"]
-    nb, mb = np.asarray(vb["drafts"], float), np.asarray(vb["ms"], float)
-    union = np.r_[0.0, [max(float(np.interp(n, nb, mb) / np.interp(1, nb, mb) - 1.0), 0.0) for n in range(1, D + 1)]]
-    hw = manifest.get("hardware") or {}
-    hardware = hw.get("gpu") or hw.get("cpu") or hw.get("device") or "?"
-    return Costs(tuple(drafters), np.array([rho[d] for d in drafters]), union, "measured", str(hardware))
-
-
-def rho_alpha_from_manifest(manifest: dict | None) -> tuple[dict[str, float], float] | None:
-    """(rho per drafter, alpha of union verification of two drafts) from a manifest's `timing`, or None.
-
-    rho_d = drafter_ms[d] / verify_ms(k + 1); alpha = verify_batch_ms(2) / verify_batch_ms(1) - 1
-    (docs/manifest.md); both curves are interpolated linearly between their measured points. The
-    alpha of verifying more drafts together is `costs_for(...).alpha(K)`.
-    """
-    timing = (manifest or {}).get("timing")
-    if not timing:
-        return None
-    where = f"manifest {manifest.get('run', '?')}: timing"
-    try:
-        k = int(manifest["k"])
-        v = timing["verify_ms"]
-        verify = float(np.interp(k + 1, np.asarray(v["tokens"], float), np.asarray(v["ms"], float)))
-        b = timing["verify_batch_ms"]
-        nb, mb = np.asarray(b["drafts"], float), np.asarray(b["ms"], float)
-        alpha = float(np.interp(2, nb, mb) / np.interp(1, nb, mb) - 1.0)
-        rho = {str(d): float(ms) / verify for d, ms in timing["drafter_ms"].items()}
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{where}: incomplete or malformed ({type(e).__name__}: {e}); see docs/manifest.md") from None
-    if verify <= 0 or not all(math.isfinite(r) and r >= 0 for r in rho.values()):
-        raise ValueError(f"{where}: verify_ms must be > 0 and drafter_ms >= 0")
-    return rho, max(alpha, 0.0)
-
-
-# ---------------------------------------------------------------- from logs
-
 @dataclass(frozen=True)
 class Band:
     """A value with its 95% interval; `label` MEASURED / SIM / MODEL."""
+
     value: float
     lo: float
     hi: float
@@ -188,6 +54,7 @@ class Band:
             if not math.isfinite(x):
                 return "undefined"
             return f"{100 * x:+.{max(nd - 2, 1)}f}%" if pct else f"{x:.{nd}f}"
+
         iv = f"[{f(self.lo)}, {f(self.hi)}]" if math.isfinite(self.lo) and math.isfinite(self.hi) else "(no CI)"
         return f"{f(self.value)} {iv} [{self.label}]"
 
@@ -200,17 +67,18 @@ class BreakevenReport:
     95% percentile bootstrap CIs over prompt clusters; a speedup is a monotone function of the gain
     at a fixed redraft rate, so its interval is the gain interval mapped through the cost model [MODEL].
     """
+
     label: str
     block_set: str
     primary: str
     drafters: tuple[str, ...]
     costs: Costs
-    bon_gain: Band                   # best-of-N over every drafter (R = 1), token gain
-    single_gain: dict[str, Band]     # always re-draft with one alternative d (R = 1), token gain
-    selector: dict[str, Band]        # LOWO selector (operating point under `costs`): token_gain, redraft_rate, speedup
+    bon_gain: Band  # best-of-N over every drafter (R = 1), token gain
+    single_gain: dict[str, Band]  # always re-draft with one alternative d (R = 1), token gain
+    selector: dict[str, Band]  # LOWO selector (operating point under `costs`): token_gain, redraft_rate, speedup
     ci_how: str
     sources: tuple = ()
-    live: dict | None = None         # the live phase's best-of-N entry (bandit/wallclock.py), if the run has one
+    live: dict | None = None  # the live phase's best-of-N entry (bandit/wallclock.py), if the run has one
     n_workloads: int = 0
 
     @property
@@ -231,8 +99,7 @@ class BreakevenReport:
 
 def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int = 0) -> BreakevenReport:
     """Best-of-N and single-alternative gains with the primary and its block set re-chosen in every resample
-    (per-prompt totals for every candidate primary, as bandit/ci.py does), and the LOWO selector's entries."""
-    from bandit import ci, trajectory
+    (per-prompt totals for every candidate primary, as bandit/replay.py does), and the LOWO selector's entries."""
     costs = costs_for(t.drafters, t.manifests[0] if t.manifests else None)
     D, P = len(t.drafters), t.n_prompts
     strata = np.zeros(P, np.int64)
@@ -246,24 +113,28 @@ def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int 
         cols = np.c_[tau[:, q], tau.max(1) - tau[:, q], np.maximum(tau, tau[:, [q]]) - tau[:, [q]]]
         np.add.at(per_q[:, q], t.prompt[rows], cols)
     # how the primary is chosen: fewest passes along its own trajectory (dense), highest accepted (sparse)
-    key = (-trajectory.fixed_passes(t, starts).astype(float) if t.dense else
-           np.stack([np.bincount(t.prompt[t.is_block_start], t.accepted[t.is_block_start, d], minlength=P)
-                     for d in range(D)], 1).astype(float))
+    key = (
+        -trajectory.fixed_passes(t, starts).astype(float)
+        if t.dense
+        else np.stack(
+            [np.bincount(t.prompt[t.is_block_start], t.accepted[t.is_block_start, d], minlength=P) for d in range(D)], 1
+        ).astype(float)
+    )
     totals = np.c_[per_q.reshape(P, -1), key]
 
     def stat(T: np.ndarray) -> np.ndarray:
         n = len(T)
-        p = np.argmax(T[:, D * (D + 2):], 1)
-        q = T[:, :D * (D + 2)].reshape(n, D, D + 2)[np.arange(n), p]          # (n, D + 2) on p's block set
-        return q[:, 1:] / q[:, :1]                                             # (n, D + 1) gains
+        p = np.argmax(T[:, D * (D + 2) :], 1)
+        q = T[:, : D * (D + 2)].reshape(n, D, D + 2)[np.arange(n), p]  # (n, D + 2) on p's block set
+        return q[:, 1:] / q[:, :1]  # (n, D + 1) gains
 
-    value, boot, _ = ci.boot_totals(totals, stat, strata, n_resamples, seed, jackknife=False)
+    value, boot, _ = boot_totals(totals, stat, strata, n_resamples, seed, jackknife=False)
     p = trajectory.primary(t)
 
-    flat = ci.no_variation(t)
+    flat = no_variation(t)
 
     def band(i: int) -> Band:
-        iv = ci.interval(value[i], boot[:, i], None, "percentile", "prompt", seed)
+        iv = interval(value[i], boot[:, i], None, "percentile", "prompt", seed)
         if flat:  # every resample is the data: no interval, and saying so beats a zero-width one
             return Band(iv.value, float("nan"), float("nan"), t.label)
         return Band(iv.value, iv.lo, iv.hi, t.label)
@@ -272,92 +143,130 @@ def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int 
     single = {d: band(1 + j) for j, d in enumerate(t.drafters) if j != p}
     sel = {}
     if len(t.workloads) >= 2 and D >= 2:
-        ents = {e.name: e for e in ci.selector_entries(t, "prompt", n_refit, seed, "percentile")}
+        ents = {e.name: e for e in selector.selector_entries(t, "prompt", n_refit, seed, "percentile")}
         for k in ("selector_token_gain", "selector_redraft_rate", "selector_speedup"):
             e = ents[k]
             sel[k] = Band(e.ci.value, e.ci.lo, e.ci.hi, e.label)
-    how = (f"95% percentile bootstrap over prompt clusters within workloads, seed {seed}: {n_resamples} resamples "
-           f"(token gains; the primary and its block set re-chosen in each), {n_refit} (selector, refitted in each)")
+    how = (
+        f"95% percentile bootstrap over prompt clusters within workloads, seed {seed}: {n_resamples} resamples "
+        f"(token gains; the primary and its block set re-chosen in each), {n_refit} (selector, refitted in each)"
+    )
     nb = int(starts[:, p].sum()) if t.dense else int(t.is_block_start.sum())
-    return BreakevenReport(label=t.label, block_set=("the primary's own trajectory starts" if t.dense else
-                                                    "the logged block starts") + f", {nb} blocks",
-                           primary=t.drafters[p], drafters=t.drafters, costs=costs, bon_gain=bon, single_gain=single,
-                           selector=sel, ci_how=how, sources=t.sources, n_workloads=len(t.workloads))
+    return BreakevenReport(
+        label=t.label,
+        block_set=("the primary's own trajectory starts" if t.dense else "the logged block starts") + f", {nb} blocks",
+        primary=t.drafters[p],
+        drafters=t.drafters,
+        costs=costs,
+        bon_gain=bon,
+        single_gain=single,
+        selector=sel,
+        ci_how=how,
+        sources=t.sources,
+        n_workloads=len(t.workloads),
+    )
 
 
 def render(r: BreakevenReport) -> str:
     tag = "unlabelled" if r.label == "UNLABELLED" else r.label
     c = r.costs
     p = r.drafters.index(r.primary)
-    lines = ["# break-even of re-drafting (cost model of docs/DESIGN.md)",
-             "inputs: " + ", ".join(f"{s.path} sha256:{s.sha256[:12]}" for s in r.sources),
-             f"block set: {r.block_set}; primary {r.primary}; CIs: {r.ci_how}",
-             c.describe() + (f" [{tag}]" if c.source == "measured" else " [what-if]"), ""]
+    lines = [
+        "# break-even of re-drafting (cost model of docs/DESIGN.md)",
+        "inputs: " + ", ".join(f"{s.path} sha256:{s.sha256[:12]}" for s in r.sources),
+        f"block set: {r.block_set}; primary {r.primary}; CIs: {r.ci_how}",
+        c.describe() + (f" [{tag}]" if c.source == "measured" else " [what-if]"),
+        "",
+    ]
     src = "measured costs" if c.source == "measured" else "what-if costs"
     lines.append(f"## under the {src}: speedup over the primary alone, and the alpha charged")
     K = r.K
-    lines.append(f"best-of-N ({K} alternatives, R = 1): token gain {r.bon_gain.fmt(pct=True)}; union verification of "
-                 f"{K + 1} drafts alpha {c.alpha(K):.3f}: speedup {r.bon_speedup().fmt()}")
+    lines.append(
+        f"best-of-N ({K} alternatives, R = 1): token gain {r.bon_gain.fmt(pct=True)}; union verification of "
+        f"{K + 1} drafts alpha {c.alpha(K):.3f}: speedup {r.bon_speedup().fmt()}"
+    )
     if r.live and "unavailable" in r.live:
         lines.append(f"best-of-N decoded live: not evaluated ({r.live['unavailable']})")
     sp = (r.live or {}).get("speedup_over_primary")
     if sp is not None:
         lo, hi = sp["measured_ci"]
-        verdict = ("faster than" if lo > 1 else "slower than" if hi < 1 else "not distinguishable from")
+        verdict = "faster than" if lo > 1 else "slower than" if hi < 1 else "not distinguishable from"
         pred = "n/a" if sp["predicted"] is None or not math.isfinite(sp["predicted"]) else f"{sp['predicted']:.3f}"
-        lines.append(f"best-of-N decoded live ({r.live['n_prompts']} prompts of the live phase, against "
-                     f"{sp['primary']} on the same prompts): speedup {sp['measured']:.3f} [{lo:.3f}, {hi:.3f}] "
-                     f"[MEASURED]: {verdict} the primary alone (timing model's prediction {pred}; "
-                     "bandit/wallclock.py)")
+        lines.append(
+            f"best-of-N decoded live ({r.live['n_prompts']} prompts of the live phase, against "
+            f"{sp['primary']} on the same prompts): speedup {sp['measured']:.3f} [{lo:.3f}, {hi:.3f}] "
+            f"[MEASURED]: {verdict} the primary alone (timing model's prediction {pred}; "
+            "bandit/wallclock.py)"
+        )
     for d, g in r.single_gain.items():
         j = r.drafters.index(d)
         f = lambda x: c.speedup(p, [j], 1.0, x)
         band = Band(float(f(g.value)), float(f(g.lo)), float(f(g.hi)), "MODEL")
-        lines.append(f"always re-draft with {d} (R = 1): token gain {g.fmt(pct=True)}; alpha {c.alpha(1):.3f}, "
-                     f"rho {c.rho[j]:.3f}: speedup {band.fmt()}")
+        lines.append(
+            f"always re-draft with {d} (R = 1): token gain {g.fmt(pct=True)}; alpha {c.alpha(1):.3f}, "
+            f"rho {c.rho[j]:.3f}: speedup {band.fmt()}"
+        )
     if not r.selector:
-        lines.append("LOWO selector: undefined: it is evaluated leave-one-workload-out between drafters, and these "
-                     f"logs have {r.n_workloads} workload(s) and {len(r.drafters)} drafter(s) (it needs 2 of each)")
+        lines.append(
+            "LOWO selector: undefined: it is evaluated leave-one-workload-out between drafters, and these "
+            f"logs have {r.n_workloads} workload(s) and {len(r.drafters)} drafter(s) (it needs 2 of each)"
+        )
     if r.selector:
         s = r.selector
         sp = s["selector_speedup"]
-        verdict = ("faster than the primary alone" if sp.lo > 1 else "slower than the primary alone" if sp.hi < 1
-                   else "not distinguishable from the primary alone")
-        lines.append(f"LOWO selector (primary, alternatives and threshold chosen inside each fold by this cost model): "
-                     f"token gain {s['selector_token_gain'].fmt(pct=True)}, redraft rate "
-                     f"{s['selector_redraft_rate'].fmt()}, speedup {sp.fmt()}: {verdict} [MODEL]")
-    lines += ["", "## what-if: every drafter at the same rho (speedup of best-of-N over the primary alone) [MODEL]",
-              f"| rho | alpha 0 (free union) | alpha {c.alpha(K):.3f} (union of {K + 1}, {src}) | separate passes (alpha {K}) |",
-              "|---|---|---|---|"]
+        verdict = (
+            "faster than the primary alone"
+            if sp.lo > 1
+            else "slower than the primary alone"
+            if sp.hi < 1
+            else "not distinguishable from the primary alone"
+        )
+        lines.append(
+            f"LOWO selector (primary, alternatives and threshold chosen inside each fold by this cost model): "
+            f"token gain {s['selector_token_gain'].fmt(pct=True)}, redraft rate "
+            f"{s['selector_redraft_rate'].fmt()}, speedup {sp.fmt()}: {verdict} [MODEL]"
+        )
+    lines += [
+        "",
+        "## what-if: every drafter at the same rho (speedup of best-of-N over the primary alone) [MODEL]",
+        f"| rho | alpha 0 (free union) | alpha {c.alpha(K):.3f} (union of {K + 1}, {src}) | separate passes (alpha {K}) |",
+        "|---|---|---|---|",
+    ]
     for rho in TABLE_RHOS:
         cells = [r.bon_speedup(rho, a).fmt(nd=3) for a in (0.0, None, float(K))]
         lines.append(f"| {rho:.2f} | " + " | ".join(cells) + " |")
     g = r.bon_gain
     roots = [breakeven_rho(x, 1.0, K, 0.0) for x in (g.value, g.lo, g.hi)]
     if all(x is not None for x in roots):
-        lines.append(f"best-of-N break-even rho at alpha 0: {roots[0]:.4f} [{roots[1]:.4f}, {roots[2]:.4f}] [MODEL] "
-                     "(it wins while every drafter costs less than this fraction of a verify pass)")
+        lines.append(
+            f"best-of-N break-even rho at alpha 0: {roots[0]:.4f} [{roots[1]:.4f}, {roots[2]:.4f}] [MODEL] "
+            "(it wins while every drafter costs less than this fraction of a verify pass)"
+        )
     if c.source != "measured":
         lines.append(f"{c.why}: the costs above are the what-if of docs/DESIGN.md; no wall-clock speedup is claimed.")
     else:
-        lines.append(f"the speedups labelled [MODEL] are the cost model applied to the logs' token gains [{tag}] and "
-                     "the manifest's costs, not wall-clock measurements; only a configuration decoded in the live "
-                     "phase has a measured speedup.")
+        lines.append(
+            f"the speedups labelled [MODEL] are the cost model applied to the logs' token gains [{tag}] and "
+            "the manifest's costs, not wall-clock measurements; only a configuration decoded in the live "
+            "phase has a measured speedup."
+        )
     return "\n".join(lines) + "\n"
 
 
 def plot(r: BreakevenReport, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     rho = np.linspace(0.0, 0.4, 81)
-    rows = ["alpha,rho,best_of_n,best_of_n_lo,best_of_n_hi"]   # the plotted curves, as data
+    rows = ["alpha,rho,best_of_n,best_of_n_lo,best_of_n_hi"]  # the plotted curves, as data
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, (name, a) in enumerate((("alpha 0", 0.0), (f"alpha {r.costs.alpha(r.K):.2f} (union)", None))):
         bands = [r.bon_speedup(x, a) for x in rho]
         v, lo, hi = (np.array([getattr(b, k) for b in bands]) for k in ("value", "lo", "hi"))
         al = 0.0 if a is not None else r.costs.alpha(r.K)
-        cell = lambda z: f"{z:.6f}" if np.isfinite(z) else ""  # noqa: E731 - no interval: an empty cell, not nan
+        cell = lambda z: f"{z:.6f}" if np.isfinite(z) else ""
         rows += [f"{al:.6g},{x:.3f},{y:.6f},{cell(l)},{cell(h)}" for x, y, l, h in zip(rho, v, lo, hi)]
         ax.plot(rho, v, color=f"C{i}", label=f"best-of-N, {name}")
         ax.fill_between(rho, lo, hi, color=f"C{i}", alpha=0.2, lw=0)
@@ -372,19 +281,27 @@ def plot(r: BreakevenReport, path: Path) -> None:
     path.with_suffix(".csv").write_text("\n".join(rows) + "\n")
 
 
-def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
-        gain: Annotated[Optional[float], typer.Option(help="what-if: token gain as a fraction (0.081)")] = None,
-        redraft: Annotated[Optional[float], typer.Option(min=0.0, max=1.0, help="what-if: redraft rate R in [0, 1]")] = None,
-        alternatives: Annotated[int, typer.Option(min=1, help="what-if: alternatives re-drafted (K)")] = 1,
-        rho: Annotated[str, typer.Option(help="what-if: comma-separated drafter costs")] = "0.02,0.05,0.1,0.15,0.2",
-        alpha: Annotated[float, typer.Option(help="what-if: extra target cost of a re-draft")] = 0.0,
-        json_out: Annotated[bool, typer.Option("--json", help="what-if: print one JSON object")] = False,
-        out: Annotated[Optional[Path], typer.Option(help="report file (default: <run dir>/breakeven.txt beside the "
-                                                         "one run read; none for several runs pooled)")] = None,
-        resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the token gains")] = 2000,
-        refit_resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the selector refits")] = 200,
-        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
-        quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False) -> None:
+def cli(
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+    gain: Annotated[Optional[float], typer.Option(help="what-if: token gain as a fraction (0.081)")] = None,
+    redraft: Annotated[
+        Optional[float], typer.Option(min=0.0, max=1.0, help="what-if: redraft rate R in [0, 1]")
+    ] = None,
+    alternatives: Annotated[int, typer.Option(min=1, help="what-if: alternatives re-drafted (K)")] = 1,
+    rho: Annotated[str, typer.Option(help="what-if: comma-separated drafter costs")] = "0.02,0.05,0.1,0.15,0.2",
+    alpha: Annotated[float, typer.Option(help="what-if: extra target cost of a re-draft")] = 0.0,
+    json_out: Annotated[bool, typer.Option("--json", help="what-if: print one JSON object")] = False,
+    out: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="report file (default: <run dir>/breakeven.txt beside the one run read; none for several runs pooled)"
+        ),
+    ] = None,
+    resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the token gains")] = 2000,
+    refit_resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the selector refits")] = 200,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+) -> None:
     """Wall-clock break-even of re-drafting (docs/DESIGN.md cost model), every number with a 95% CI.
 
     What-if mode (--gain G --redraft R [--alternatives K --rho a,b --alpha A] [--json]): prints speedup per rho and
@@ -392,7 +309,6 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
     runs/): best-of-N, each single alternative and the LOWO selector under the manifest's measured costs (else the
     what-if), and an equal-rho table; with --out (or for the default campaign) writes the report and a plot.
     """
-    from bandit import progress
     progress.quiet(quiet)
     if gain is not None or redraft is not None:
         if gain is None or redraft is None:
@@ -417,22 +333,20 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
 
 def _live_entry(t, seed: int) -> dict | None:
     """best-of-N's entry of the run's live phase, when the logs are one run that has one."""
-    from bandit import wallclock
-    from bandit.logs import LogError
     dirs = {Path(s.path).parent for s in t.sources}
-    if len(dirs) != 1 or not (next(iter(dirs)) / wallclock.LIVE_FILE).is_file() or not t.dense:
+    if len(dirs) != 1 or not (next(iter(dirs)) / livelog.LIVE_FILE).is_file() or not t.dense:
         return None
     run = next(iter(dirs))
     try:
-        res = wallclock.evaluate(t, wallclock.read_live(run), seed=seed, live_path=run / wallclock.LIVE_FILE)
-    except LogError as e:  # the live phase cannot be evaluated: said, and the rest of the report stands
+        res = wallclock.evaluate(t, livelog.read_live(run), seed=seed, live_path=run / livelog.LIVE_FILE)
+    except InputError as e:  # the live phase cannot be evaluated: said, and the rest of the report stands
         return {"unavailable": str(e)}
     return next((e for e in res.entries if e["config"] == "best_of_n"), None)
 
 
-def main(paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int = 2000, n_refit: int = 200,
-         seed: int = 0) -> str:
-    from bandit.logs import default_inputs, load_logs, output_path
+def main(
+    paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int = 2000, n_refit: int = 200, seed: int = 0
+) -> str:
     said = ""
     if not paths:
         paths, said = default_inputs()
@@ -453,4 +367,5 @@ def main(paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int =
 
 if __name__ == "__main__":
     from bandit.errors import run
+
     run(cli)

@@ -1,19 +1,59 @@
-"""The `specbandit` command: one subcommand per analysis module.
+"""The `specbandit` command: every command of the toolkit, registered here and nowhere else.
 
-Each module owns its command as a typed function `cli`; its docstring is the help text.
+Each analysis module owns its command as a typed function `cli` (its docstring is the help
+text) and keeps `python bandit/<module>.py` working; the collection sweep is `sweep.py`'s `main`
+(so `specbandit sweep` and `python sweep.py` are one command). Every command runs through
+`bandit.errors.boundary`: bad input is one line on stderr and a nonzero exit.
 """
+
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from bandit import __version__, breakeven, ci, core, logs, replay, selector, wallclock
+import sweep
+from bandit import __version__, breakeven, ci, core, logs, replay, selector, simulate, wallclock
 from bandit.errors import boundary
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Counterfactual analysis of multi-drafter speculative decoding logs.")
-for name, module in (("validate", logs), ("replay", replay), ("ci", ci), ("selector", selector),
-                     ("breakeven", breakeven), ("wallclock", wallclock), ("policies", core)):
-    app.command(name)(boundary(module.cli))
+
+def convert_checkpoint(
+    src: Annotated[Path, typer.Argument(help="a .bin/.pt/.pth weight file, or a directory of them")],
+    dst: Annotated[Path, typer.Argument(help="the directory to write the safetensors (and config.json) into")],
+) -> None:
+    """Convert pickled head weights (EAGLE's pytorch_model.bin, Medusa's medusa_lm_head.pt) to safetensors, once.
+
+    The one step that unpickles (torch.load with weights_only=True); the sweep reads safetensors only. SRC's
+    config.json is copied to DST; nothing is overwritten. Then pass DST as the drafter's path=.
+    """
+    from harness import convert  # torch: imported only when this command runs (the analysis install has none)
+
+    convert.cli(src, dst)
+
+
+COMMANDS = (  # name, the function, and what it is for (the first line of its help)
+    ("sweep", sweep.main),  # collect block logs: every drafter drafts from the identical prefix
+    ("validate", logs.cli),  # check logs: one summary line, or the first located error
+    ("pack", logs.pack),  # JSONL logs -> blocks_*.parquet that every command reads
+    ("replay", replay.cli),  # mean accepted table, oracles, trajectories
+    ("ci", ci.cli),  # every headline number with a 95% CI -> ci.json
+    ("selector", selector.cli),  # the leave-one-workload-out selector
+    ("breakeven", breakeven.cli),  # wall-clock break-even of re-drafting
+    ("wallclock", wallclock.cli),  # the timing model against the live phase
+    ("policies", core.cli),  # every drafter-selection policy replayed
+    ("simulate", simulate.cli),  # a simulated campaign [SIM]
+    ("convert-checkpoint", convert_checkpoint),  # pickled head weights -> safetensors (the one unpickling step)
+)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Counterfactual analysis of multi-drafter speculative decoding logs.",
+)
+for name, fn in COMMANDS:
+    app.command(name, help=fn.__doc__ or sys.modules[fn.__module__].__doc__)(boundary(fn))
 
 
 def _version(value: bool) -> None:
@@ -23,8 +63,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="print the version and exit")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
     """Counterfactual analysis of multi-drafter speculative decoding logs."""
 
 

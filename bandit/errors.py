@@ -1,12 +1,17 @@
-"""One handler at the command-line boundary: bad input ends in one line and a nonzero exit, never a traceback.
+"""One base class for problems in what a user gave us, and one handler at the command-line boundary.
 
-Every analysis command (`specbandit <cmd>` and `python bandit/<module>.py`) runs through `boundary`.
-What it turns into `error: ...` (exit 1): a located problem in a log (`LogError`, a ValueError),
-any other ValueError the analysis raises for input it cannot use (a manifest of the wrong shape, a
-table with one workload where two are needed), a file that cannot be read (OSError), input nested
-too deeply to parse (RecursionError) and text that is not valid Unicode. A bug in the analysis
-itself (any other exception) still shows its traceback: hiding it would turn bugs into messages.
+`InputError` is the base of every located input problem: a log (`bandit.logs.LogError`), a manifest,
+a calibration file, a workload file, a checkpoint or a command-line setting (`harness.lm.HarnessError`).
+Every command (`specbandit <cmd>`, `python bandit/<module>.py`, `python sweep.py`) runs through
+`boundary`, which prints such a problem as one line `error: ...` on stderr and exits with the code
+below. A bug in the code itself (any other exception) still shows its traceback: hiding it would
+turn bugs into messages.
+
+Exit codes: 1 for an input problem (`InputError`, and the ValueErrors numpy/scipy raise on input
+they cannot use); 2 for a usage error (typer's own); 3 for a file that cannot be read or written
+(OSError: missing, permission denied, disk full).
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,7 +20,18 @@ from typing import Callable
 
 import typer
 
-HANDLED = (ValueError, KeyError, OSError, RecursionError, UnicodeError)
+EXIT_INPUT = 1  # the input is wrong: fix it and run again
+EXIT_IO = 3  # the file system refused: a path, a permission, a full disk
+
+
+class InputError(ValueError):
+    """A problem in the user's input, said in one line that names where (a path, a line, a field)."""
+
+
+# What `boundary` turns into one line. KeyError and ValueError: a field missing, or a value an
+# analysis cannot use, found below the checks; RecursionError: input nested too deeply to parse;
+# UnicodeError: a name that is not valid Unicode.
+HANDLED = (InputError, ValueError, KeyError, RecursionError, UnicodeError, OSError)
 
 
 def message(e: BaseException) -> str:
@@ -24,18 +40,24 @@ def message(e: BaseException) -> str:
     if isinstance(e, KeyError):
         return f"missing field {e.args[0]!r}" if e.args else "missing field"
     text = str(e) or type(e).__name__
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")   # a lone surrogate cannot crash the print
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate cannot crash the print
+
+
+def exit_code(e: BaseException) -> int:
+    return EXIT_IO if isinstance(e, OSError) else EXIT_INPUT
 
 
 def boundary(fn: Callable) -> Callable:
-    """`fn` (a typer command) with HANDLED errors printed as one line on stderr and exit code 1."""
+    """`fn` (a typer command) with HANDLED errors printed as one line on stderr and their exit code."""
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except HANDLED as e:
             typer.echo(f"error: {message(e)}", err=True)
-            raise typer.Exit(1) from None
+            raise typer.Exit(exit_code(e)) from None
+
     return run
 
 

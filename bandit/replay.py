@@ -1,37 +1,42 @@
-"""Counterfactual replay over block logs: tables, oracles, and replay of any policy.
+"""Counterfactual replay statistics over block logs: the mean accepted table, the oracles and their CIs.
 
 Every statistic follows docs/DESIGN.md's definitions, on a block set (bandit/trajectory.py):
 the logged block starts of a sparse log, the primary's own trajectory starts of a dense one;
-trajectories are counted in output tokens per target pass. On dense logs the replay is exact along any trajectory:
-a policy picks a drafter at a block start, the block produces `accepted + 1` tokens, and
-the next block starts at `pos + accepted + 1`. The trajectory oracle is the shortest path
-over positions (fewest target passes), not the greedy per-block maximum.
+trajectories are counted in output tokens per target pass. The trajectory oracle is the
+shortest path over positions (fewest target passes), not the greedy per-block maximum.
+Replaying a policy is bandit/walk.py's job; this module's numbers need no policy.
 
-    python bandit/replay.py [PATHS...]                 # readable tables (default: runs/)
+    python bandit/replay.py [PATHS...]                 # readable tables (default: the default campaign)
     specbandit replay PATHS --json [--drafters a,b]    # one JSON object
 """
+
 from __future__ import annotations
 
 if __package__ in (None, ""):  # run as `python bandit/replay.py`: import our `bandit`, not a namesake
-    import pathlib, sys
+    import pathlib
+    import sys
+
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Optional, Protocol, Sequence
+from typing import Annotated, Optional, Sequence
 
 import numpy as np
 import typer
 
 from bandit import trajectory
-from bandit.trajectory import (TrajectoryResult, fixed_trajectory, greedy_oracle_trajectory,  # noqa: F401
-                               trajectory_oracle)
-from bandit.ci import accepted_entries, degenerate, fmt, fmt_ci, no_variation, table_stats
-from bandit.logs import BlockTable, default_inputs, load_logs
+from bandit.bootstrap import degenerate, fmt, fmt_ci, no_variation
+from bandit.logs import default_inputs, load_logs, output_path
+from bandit.replay_stats import accepted_entries, table_stats
+from bandit.schema import code_version
+from bandit.table import BlockTable
+from bandit.trajectory import greedy_oracle_trajectory, trajectory_oracle
 
 
 # ---------------------------------------------------------------- static statistics
+
 
 def mean_table(t: BlockTable) -> np.ndarray:
     """(W,D) mean accepted per workload and drafter over the records of `t` (NaN: workload has none).
@@ -54,25 +59,26 @@ class ReplaySummary:
     Accepted-token statistics (table, gap) are over B; on dense logs the headline is tokens per
     target pass along trajectories (`trajectory`), and the workload headroom is counted there.
     """
+
     drafters: tuple[str, ...]
     workloads: tuple[str, ...]
-    label: str                        # MEASURED | SIM | UNLABELLED
-    block_set: str                    # which blocks B is, in words
-    table: np.ndarray                 # (W,D) mean accepted over B
-    n_per_workload: np.ndarray        # (W,) blocks of B per workload
-    pooled: np.ndarray                # (D,) mean accepted over B
-    best_fixed: int                   # index of the primary p
-    workload_oracle: float            # sparse: mean accepted, each workload on its own best; dense: tokens per pass
-    workload_headroom: float          # workload_oracle / the primary's (same accounting) - 1
-    per_block_oracle: float           # mean over B of max_d a_d
-    per_block_gap: float              # per_block_oracle / pooled[p] - 1
+    label: str  # MEASURED | SIM | UNLABELLED
+    block_set: str  # which blocks B is, in words
+    table: np.ndarray  # (W,D) mean accepted over B
+    n_per_workload: np.ndarray  # (W,) blocks of B per workload
+    pooled: np.ndarray  # (D,) mean accepted over B
+    best_fixed: int  # index of the primary p
+    workload_oracle: float  # sparse: mean accepted, each workload on its own best; dense: tokens per pass
+    workload_headroom: float  # workload_oracle / the primary's (same accounting) - 1
+    per_block_oracle: float  # mean over B of max_d a_d
+    per_block_gap: float  # per_block_oracle / pooled[p] - 1
     n_blocks: int
     n_prompts: int
     trajectory: dict[str, float] | None  # dense: tokens per target pass per fixed drafter, "greedy_oracle", "oracle"
     trajectory_table: np.ndarray | None = None  # dense: (W,D) tokens per target pass per workload and drafter
     per_position: dict[str, float] | None = None  # dense: the length-biased means over every position, named so
     sources: tuple[tuple[str, str], ...] = ()  # (path, sha256) of the logs read
-    ci: dict | None = None            # name -> bandit.ci.Interval (95%, prompt clusters), from `with_ci`
+    ci: dict | None = None  # name -> bandit.ci.Interval (95%, prompt clusters), from `with_ci`
 
     @property
     def best_fixed_name(self) -> str:
@@ -84,8 +90,10 @@ class ReplaySummary:
         out = {
             "label": self.label,
             "block_set": self.block_set,
-            "table": {w: {d: _num(self.table[i, j]) for j, d in enumerate(self.drafters)}
-                      for i, w in enumerate(self.workloads)},
+            "table": {
+                w: {d: _num(self.table[i, j]) for j, d in enumerate(self.drafters)}
+                for i, w in enumerate(self.workloads)
+            },
             "pooled": {d: _num(self.pooled[j]) for j, d in enumerate(self.drafters)},
             "best_fixed": self.best_fixed_name,
             "primary": self.best_fixed_name,
@@ -99,13 +107,25 @@ class ReplaySummary:
         }
         if self.trajectory is not None:
             out["trajectory"] = dict(self.trajectory)
-            out["tokens_per_pass"] = {w: {d: _num(self.trajectory_table[i, j]) for j, d in enumerate(self.drafters)}
-                                      for i, w in enumerate(self.workloads)}
+            out["tokens_per_pass"] = {
+                w: {d: _num(self.trajectory_table[i, j]) for j, d in enumerate(self.drafters)}
+                for i, w in enumerate(self.workloads)
+            }
         if self.per_position is not None:
             out["per_position"] = dict(self.per_position)
         if self.ci is not None:
-            out["ci"] = {k: {"value": c.value, "lo": c.lo, "hi": c.hi, "method": c.method, "unit": c.unit,
-                             "n_resamples": c.n_resamples, "seed": c.seed} for k, c in self.ci.items()}
+            out["ci"] = {
+                k: {
+                    "value": c.value,
+                    "lo": c.lo,
+                    "hi": c.hi,
+                    "method": c.method,
+                    "unit": c.unit,
+                    "n_resamples": c.n_resamples,
+                    "seed": c.seed,
+                }
+                for k, c in self.ci.items()
+            }
         return out
 
     def summary(self) -> str:
@@ -115,55 +135,81 @@ class ReplaySummary:
 
         def grid(title: str, tab: np.ndarray, extra: np.ndarray | None, pooled: np.ndarray | None) -> None:
             lines.append(title)
-            lines.append("workload".ljust(width) + "".join(f"{d:>10s}" for d in self.drafters)
-                         + (f"{'blocks':>8s}" if extra is not None else ""))
+            lines.append(
+                "workload".ljust(width)
+                + "".join(f"{d:>10s}" for d in self.drafters)
+                + (f"{'blocks':>8s}" if extra is not None else "")
+            )
             for i, w in enumerate(self.workloads):
                 row = tab[i]
-                star = int(np.nanargmax(row)) if np.isfinite(row).any() else -1   # a workload with no blocks: none
-                lines.append(w.ljust(width) + "".join(
-                    f"{x:>9.3f}{'*' if j == star else ' '}" for j, x in enumerate(row))
-                    + (f"{int(extra[i]):>8d}" if extra is not None else ""))
+                star = int(np.nanargmax(row)) if np.isfinite(row).any() else -1  # a workload with no blocks: none
+                lines.append(
+                    w.ljust(width)
+                    + "".join(f"{x:>9.3f}{'*' if j == star else ' '}" for j, x in enumerate(row))
+                    + (f"{int(extra[i]):>8d}" if extra is not None else "")
+                )
             if pooled is not None:
                 lines.append("pooled".ljust(width) + "".join(f"{x:>9.3f} " for x in pooled))
 
         if self.trajectory is not None:
             tp = np.array([self.trajectory[d] for d in self.drafters])
-            grid(f"{tag} tokens per target pass along each fixed drafter's own trajectory ({self.n_prompts} prompts)",
-                 self.trajectory_table, None, tp)
-        grid(f"{tag} mean accepted tokens per block over B ({self.n_blocks} blocks, {self.n_prompts} prompts)",
-             self.table, self.n_per_workload, self.pooled)
+            grid(
+                f"{tag} tokens per target pass along each fixed drafter's own trajectory ({self.n_prompts} prompts)",
+                self.trajectory_table,
+                None,
+                tp,
+            )
+        grid(
+            f"{tag} mean accepted tokens per block over B ({self.n_blocks} blocks, {self.n_prompts} prompts)",
+            self.table,
+            self.n_per_workload,
+            self.pooled,
+        )
         p = self.best_fixed_name
         what = "tokens per target pass" if self.trajectory is not None else "mean accepted over B"
-        lines += [f"{tag} primary (best fixed drafter by {what}): {p}",
-                  f"{tag} workload-level hindsight oracle ({what}): {self.workload_oracle:.3f}, "
-                  f"headroom {fmt(self.workload_headroom, pct=True)}{self._ci('workload_headroom')}",
-                  f"{tag} per-block oracle over B: {self.per_block_oracle:.3f} accepted, gap "
-                  f"{fmt(self.per_block_gap, pct=True)}{self._ci('per_block_gap')}"]
+        lines += [
+            f"{tag} primary (best fixed drafter by {what}): {p}",
+            f"{tag} workload-level hindsight oracle ({what}): {self.workload_oracle:.3f}, "
+            f"headroom {fmt(self.workload_headroom, pct=True)}{self._ci('workload_headroom')}",
+            f"{tag} per-block oracle over B: {self.per_block_oracle:.3f} accepted, gap "
+            f"{fmt(self.per_block_gap, pct=True)}{self._ci('per_block_gap')}",
+        ]
         if self.trajectory is not None:
-            lines.append(f"{tag} tokens per target pass: " + ", ".join(
-                f"{k} {self.trajectory[k]:.3f}" for k in (p, "greedy_oracle", "oracle")))
-            lines.append(f"{tag} trajectory oracle (shortest path) gain over the primary: "
-                         f"{fmt(self.trajectory['oracle'] / self.trajectory[p] - 1, pct=True)}"
-                         f"{self._ci('trajectory_oracle_gain')}")
+            lines.append(
+                f"{tag} tokens per target pass: "
+                + ", ".join(f"{k} {self.trajectory[k]:.3f}" for k in (p, "greedy_oracle", "oracle"))
+            )
+            lines.append(
+                f"{tag} trajectory oracle (shortest path) gain over the primary: "
+                f"{fmt(self.trajectory['oracle'] / self.trajectory[p] - 1, pct=True)}"
+                f"{self._ci('trajectory_oracle_gain')}"
+            )
         if self.per_position is not None:
             pp = self.per_position
-            lines.append(f"{tag} for contrast, length-biased means over all positions (not block statistics): "
-                         f"per_block_gap_per_position {fmt(pp['per_block_gap_per_position'], pct=True)}"
-                         f"{self._ci('per_block_gap_per_position')}, workload_headroom_per_position "
-                         f"{fmt(pp['workload_headroom_per_position'], pct=True)}{self._ci('workload_headroom_per_position')}")
+            lines.append(
+                f"{tag} for contrast, length-biased means over all positions (not block statistics): "
+                f"per_block_gap_per_position {fmt(pp['per_block_gap_per_position'], pct=True)}"
+                f"{self._ci('per_block_gap_per_position')}, workload_headroom_per_position "
+                f"{fmt(pp['workload_headroom_per_position'], pct=True)}{self._ci('workload_headroom_per_position')}"
+            )
         if self.ci:
             c = next(iter(self.ci.values()))
-            lines.append(f"95% CIs: {c.method} bootstrap over {c.unit} clusters within workloads, "
-                         f"{c.n_resamples} resamples, seed {c.seed}; the primary and its block set are re-chosen "
-                         "in every resample")
+            lines.append(
+                f"95% CIs: {c.method} bootstrap over {c.unit} clusters within workloads, "
+                f"{c.n_resamples} resamples, seed {c.seed}; the primary and its block set are re-chosen "
+                "in every resample"
+            )
         return "\n".join(lines)
 
     def _ci(self, name: str) -> str:
         c = (self.ci or {}).get(name)
         if c is None:
             return ""
-        return f" (95% CI {fmt_ci(c, pct=True)})" if np.isfinite(c.lo) and np.isfinite(c.hi) else \
-            f" ({c.warning or 'no CI'})"
+        return (
+            f" (95% CI {fmt_ci(c, pct=True)})"
+            if np.isfinite(c.lo) and np.isfinite(c.hi)
+            else f" ({c.warning or 'no CI'})"
+        )
 
 
 def _num(x: float) -> float | None:
@@ -196,15 +242,27 @@ def _summarize(t: BlockTable) -> ReplaySummary:
     if not t.dense:
         b = t.blocks()
         table, n_w, pooled, p, wl, pb = _accepted_stats(b)
-        return ReplaySummary(drafters=t.drafters, workloads=t.workloads, label=t.label,
-                             block_set=f"the logged behaviour trajectory's {b.n_records} block starts (sparse log)",
-                             table=table, n_per_workload=n_w, pooled=pooled, best_fixed=p, workload_oracle=wl,
-                             workload_headroom=wl / pooled[p] - 1, per_block_oracle=pb,
-                             per_block_gap=pb / pooled[p] - 1, n_blocks=b.n_records,
-                             n_prompts=len(np.unique(b.prompt)), trajectory=None, sources=srcs)
+        return ReplaySummary(
+            drafters=t.drafters,
+            workloads=t.workloads,
+            label=t.label,
+            block_set=f"the logged behaviour trajectory's {b.n_records} block starts (sparse log)",
+            table=table,
+            n_per_workload=n_w,
+            pooled=pooled,
+            best_fixed=p,
+            workload_oracle=wl,
+            workload_headroom=wl / pooled[p] - 1,
+            per_block_oracle=pb,
+            per_block_gap=pb / pooled[p] - 1,
+            n_blocks=b.n_records,
+            n_prompts=len(np.unique(b.prompt)),
+            trajectory=None,
+            sources=srcs,
+        )
     starts = trajectory.fixed_starts(t)
-    passes = trajectory.fixed_passes(t, starts)                       # (P, D)
-    tokens = trajectory.output_lengths(t)                              # (P,)
+    passes = trajectory.fixed_passes(t, starts)  # (P, D)
+    tokens = trajectory.output_lengths(t)  # (P,)
     p = int(trajectory.primary_index(passes.sum(0)))
     b = trajectory.block_set(t, p)
     table, n_w, pooled, _, _, pb = _accepted_stats(b)
@@ -221,198 +279,49 @@ def _summarize(t: BlockTable) -> ReplaySummary:
     wl_oracle = float(tokens.sum() / pw.min(1).sum())
     # the length-biased figures the per-position mean gives, kept only under names that say so
     _, _, pp_pooled, pp_p, pp_wl, pp_pb = _accepted_stats(t)
-    per_pos = {"per_block_gap_per_position": pp_pb / pp_pooled[pp_p] - 1,
-               "workload_headroom_per_position": pp_wl / pp_pooled[pp_p] - 1,
-               "best_fixed_per_position": t.drafters[pp_p]}
-    return ReplaySummary(drafters=t.drafters, workloads=t.workloads, label=t.label,
-                         block_set=f"the primary {t.drafters[p]}'s own trajectory starts, {b.n_records} blocks "
-                                   f"(dense log of {t.n_records} positions)",
-                         table=table, n_per_workload=n_w, pooled=pooled, best_fixed=p, workload_oracle=wl_oracle,
-                         workload_headroom=wl_oracle / traj[t.drafters[p]] - 1, per_block_oracle=pb,
-                         per_block_gap=pb / pooled[p] - 1, n_blocks=b.n_records, n_prompts=t.n_prompts,
-                         trajectory=traj, trajectory_table=traj_table, per_position=per_pos, sources=srcs)
+    per_pos = {
+        "per_block_gap_per_position": pp_pb / pp_pooled[pp_p] - 1,
+        "workload_headroom_per_position": pp_wl / pp_pooled[pp_p] - 1,
+        "best_fixed_per_position": t.drafters[pp_p],
+    }
+    return ReplaySummary(
+        drafters=t.drafters,
+        workloads=t.workloads,
+        label=t.label,
+        block_set=f"the primary {t.drafters[p]}'s own trajectory starts, {b.n_records} blocks "
+        f"(dense log of {t.n_records} positions)",
+        table=table,
+        n_per_workload=n_w,
+        pooled=pooled,
+        best_fixed=p,
+        workload_oracle=wl_oracle,
+        workload_headroom=wl_oracle / traj[t.drafters[p]] - 1,
+        per_block_oracle=pb,
+        per_block_gap=pb / pooled[p] - 1,
+        n_blocks=b.n_records,
+        n_prompts=t.n_prompts,
+        trajectory=traj,
+        trajectory_table=traj_table,
+        per_position=per_pos,
+        sources=srcs,
+    )
 
 
 def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int = 0) -> ReplaySummary:
-    """`s` with 95% bootstrap CIs (bandit.ci: prompt clusters within workloads, percentile) of the
+    """`s` with 95% bootstrap CIs (bandit/bootstrap.py: prompt clusters within workloads, percentile) of the
     headroom, the per-block gap and, on dense logs, the trajectory oracle gain."""
     keep = ("per_block_gap", "workload_headroom", "trajectory_oracle_gain")
     entries = [e for e in table_stats(t, "prompt", n_resamples, seed, "percentile") if e.name in keep]
     flat = no_variation(t, "prompt")
     cis = {e.name: degenerate(e, flat).ci for e in entries}
-    if t.dense:   # the length-biased per-position figures, for contrast: every position treated as a block
+    if t.dense:  # the length-biased per-position figures, for contrast: every position treated as a block
         for e in accepted_entries(t, "prompt", n_resamples, seed, "percentile", rechoose=True)[:2]:
             cis[f"{e.name}_per_position"] = degenerate(e, flat).ci
     return replace(s, ci=cis)
 
 
-# ---------------------------------------------------------------- policies
-
-@dataclass
-class Context:
-    """What a policy may see BEFORE drafting at a block start."""
-    workload: int
-    prompt: int
-    pos: int
-    prev_accepted: np.ndarray  # (D,) previous block's accepted per drafter, NaN if unobserved / first block
-    prev_features: np.ndarray  # (D,4) previous block's draft features, NaN if unobserved / first block
-    draft_len: np.ndarray      # (D,) draft length each drafter proposes here (known before choosing only
-                               # for cheap lookup drafters; a policy using it for model drafters must say so)
-
-
-class Policy(Protocol):
-    name: str
-    full_information: bool     # True: learns every drafter's acceptance; False: the chosen one's only
-
-    def reset(self, drafters: Sequence[str], workloads: Sequence[str], timing: dict | None = None) -> None: ...
-    def choose(self, ctx: Context) -> int | tuple[int, int]: ...  # drafter, or (drafter, cut L): accepts min(a, L)
-    def update(self, ctx: Context, chosen: int, accepted: np.ndarray, observed: np.ndarray) -> None: ...
-
-
-@dataclass
-class FixedPolicy:
-    """Always the same drafter: the best-fixed baseline and the reference for tests."""
-    drafter: int
-    name: str = "fixed"
-    full_information: bool = False
-
-    def reset(self, drafters, workloads, timing=None) -> None:
-        self.name = f"fixed:{drafters[self.drafter]}"
-
-    def choose(self, ctx: Context) -> int:
-        return self.drafter
-
-    def update(self, ctx, chosen, accepted, observed) -> None:
-        pass
-
-
-@dataclass(frozen=True)
-class BlockReplayResult:
-    """Per-block replay: one row per block start, in the order the policy met them (B rows)."""
-    policy: str
-    label: str
-    chosen: np.ndarray    # (B,) int: drafter index
-    cut: np.ndarray       # (B,) int: cut length L, -1 when the draft was not cut
-    reward: np.ndarray    # (B,) float: accepted tokens of the chosen (cut) draft
-    cluster: np.ndarray   # (B,) int: prompt index
-    workload: np.ndarray  # (B,) int
-    row: np.ndarray       # (B,) int: record index in the table
-
-    @property
-    def mean_reward(self) -> float:
-        return float(self.reward.mean())
-
-
-LOOKUP_KINDS = ("ngram", "lookup", "prompt_lookup", "copy", "suffix")  # drafters whose draft is known before choosing
-
-
-def policy_timing(t: BlockTable) -> dict:
-    """What `Policy.reset` gets: the manifest's timing, plus `k` and which drafters are lookups."""
-    m = t.manifests[0] if t.manifests else {}
-    timing = dict(m.get("timing") or {})
-    timing["k"] = int(m.get("k") or max(int(t.draft_len.max()), 1))
-    kinds = {d: str((s or {}).get("kind", "")).lower() for d, s in (m.get("drafters") or {}).items()}
-    timing["lookup"] = [d for d in t.drafters
-                        if any(k in kinds.get(d, "") or k in d.lower() for k in LOOKUP_KINDS)]
-    return timing
-
-
-_prompt_rows = trajectory.prompt_rows
-_require_dense = trajectory.require_dense
-
-
-def block_rows(t: BlockTable) -> list[np.ndarray]:
-    """Rows of the block set B of each prompt (P arrays, ascending positions): the logged block starts of a
-    sparse log, the primary's own trajectory starts of a dense one."""
-    rows = np.flatnonzero(trajectory.block_mask(t))
-    return np.split(rows, np.searchsorted(t.prompt[rows], np.arange(1, t.n_prompts)))
-
-
-def walk(t: BlockTable, policy: Policy, mode: str = "block", prompt_order: np.ndarray | None = None,
-         timing: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Run `policy` over `t`; (rows, chosen, cut, reward), each (B,), one entry per block it met, in order.
-
-    mode "block": the logged block starts, prompts in `prompt_order`, positions ascending.
-    mode "trajectory" (dense logs): the policy's own blocks, the next starting at pos + reward + 1.
-    The feedback model: a bandit policy sees the chosen drafter's acceptance and features only
-    (NaN elsewhere); a full-information one sees every drafter; a draft cut to L reveals min(a, L).
-    The loop is tight (rows as Python lists, observation arrays reused) because every policy of
-    `bandit/core.py` runs through it over 100k+ blocks.
-    """
-    if mode not in ("block", "trajectory"):
-        raise ValueError(f"mode must be 'block' or 'trajectory', got {mode!r}")
-    if mode == "trajectory":
-        _require_dense(t)
-    D = len(t.drafters)
-    policy.reset(t.drafters, t.workloads, policy_timing(t) if timing is None else timing)
-    full = bool(policy.full_information)
-    A, F, DL = t.accepted.astype(float), t.features, t.draft_len
-    wl, pos_of = t.workload.tolist(), t.pos.tolist()
-    nanD, nanF, all_obs, one_obs = np.full(D, np.nan), np.full((D, 4), np.nan), np.ones(D, bool), np.eye(D, dtype=bool)
-    order = np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)
-    starts, lengths = _prompt_rows(t)
-    if mode == "block":
-        per_prompt = block_rows(t)
-    rows, chosen, cuts, rewards = [], [], [], []
-    choose, update = policy.choose, policy.update
-    for p in order.tolist():
-        prev_a, prev_f = nanD, nanF
-        it = iter(per_prompt[p].tolist()) if mode == "block" else None
-        r, end = int(starts[p]), int(starts[p] + lengths[p])
-        while True:
-            if it is not None:
-                r = next(it, -1)
-                if r < 0:
-                    break
-            elif r >= end:
-                break
-            ctx = Context(wl[r], p, pos_of[r], prev_a, prev_f, DL[r].copy())
-            c = choose(ctx)
-            d, cut = (int(c[0]), int(c[1])) if isinstance(c, tuple) else (int(c), -1)
-            a_row = A[r]
-            rew = a_row[d] if cut < 0 or a_row[d] <= cut else float(cut)
-            if full:
-                acc = a_row
-                if rew != a_row[d]:
-                    acc = a_row.copy()
-                    acc[d] = rew
-                obs, feats = all_obs, F[r]
-            else:
-                acc, feats = nanD.copy(), nanF.copy()
-                acc[d], feats[d] = rew, F[r, d]
-                obs = one_obs[d]
-            update(ctx, d, acc, obs)
-            prev_a, prev_f = acc, feats
-            rows.append(r); chosen.append(d); cuts.append(cut); rewards.append(rew)
-            if it is None:
-                r += int(rew) + 1
-    return (np.asarray(rows, np.int64), np.asarray(chosen, np.int64), np.asarray(cuts, np.int64),
-            np.asarray(rewards, float))
-
-
-def block_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | None = None) -> BlockReplayResult:
-    """Run `policy` over every block start: prompts in `prompt_order` (default: table order), positions ascending.
-
-    The reward is the chosen drafter's accepted tokens at that block start, wherever the
-    policy's own choices would have led (the logged block starts are reused as they are).
-    """
-    rows, chosen, cuts, rewards = walk(t, policy, "block", prompt_order)
-    return BlockReplayResult(policy=policy.name, label=t.label, chosen=chosen, cut=cuts, reward=rewards,
-                             cluster=t.prompt[rows].astype(np.int64), workload=t.workload[rows].astype(np.int64),
-                             row=rows)
-
-
-def trajectory_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | None = None) -> TrajectoryResult:
-    """Replay `policy` along its own trajectory: the next block starts at pos + accepted + 1."""
-    rows, chosen, _, _ = walk(t, policy, "trajectory", prompt_order)
-    starts, lengths = _prompt_rows(t)
-    cluster = t.prompt[rows].astype(np.int64)
-    return TrajectoryResult(policy=policy.name, label=t.label, tokens=lengths.astype(np.int64),
-                            passes=np.bincount(cluster, minlength=t.n_prompts).astype(np.int64),
-                            workload=t.workload[starts].astype(np.int64), chosen=chosen, cluster=cluster)
-
-
 # ---------------------------------------------------------------- entry points
+
 
 def _load(paths: Sequence[Path] | None, drafters: str = "") -> tuple[BlockTable, str]:
     names = [d for d in drafters.split(",") if d] or None
@@ -423,11 +332,13 @@ def _load(paths: Sequence[Path] | None, drafters: str = "") -> tuple[BlockTable,
     return load_logs(files, names), said
 
 
-def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-        drafters: Annotated[str, typer.Option(help="comma-separated subset of drafters")] = "",
-        resamples: Annotated[int, typer.Option(min=0, help="bootstrap resamples for the 95% CIs (0: none)")] = 2000,
-        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
+def cli(
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    drafters: Annotated[str, typer.Option(help="comma-separated subset of drafters")] = "",
+    resamples: Annotated[int, typer.Option(min=0, help="bootstrap resamples for the 95% CIs (0: none)")] = 2000,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+) -> None:
     """Counterfactual replay on the block set: mean accepted table, primary, workload and per-block oracles,
     trajectories in tokens per target pass.
 
@@ -439,23 +350,19 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
     workload_headroom, per_block_gap, n_blocks, trajectory and tokens_per_pass and per_position on dense logs, ci);
     --drafters a,b restricts the drafters.
     """
-    from bandit.logs import LogError
-    try:
-        t, said = _load(paths, drafters)
-    except LogError as e:
-        typer.echo(str(e), err=True)
-        raise typer.Exit(1)
+    t, said = _load(paths, drafters)
     s = summarize(t)
     if resamples > 0:
         s = with_ci(s, t, resamples, seed)
     if json_out:
         typer.echo(json.dumps(s.to_json(), sort_keys=True))
         return
-    from bandit.ci import code_version
-    text = (f"{said}\n{t.summary()}\n{s.summary()}\ninputs: "
-            + ", ".join(f"{p} sha256:{h[:12]}" for p, h in s.sources) + f"; code {code_version()}\n")
+    text = (
+        f"{said}\n{t.summary()}\n{s.summary()}\ninputs: "
+        + ", ".join(f"{p} sha256:{h[:12]}" for p, h in s.sources)
+        + f"; code {code_version('bandit')}\n"
+    )
     typer.echo(text, nl=False)
-    from bandit.logs import output_path
     out = output_path([Path(s.path) for s in t.sources], "replay.txt")
     if out is not None:  # a derived output of the run it describes, beside it
         out.write_text(text)
@@ -464,4 +371,5 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, g
 
 if __name__ == "__main__":
     from bandit.errors import run
+
     run(cli)

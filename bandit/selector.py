@@ -1,370 +1,135 @@
-"""The per-block selector: re-draft or not, from the primary draft's own confidence.
+"""The per-block selector's report: its leave-one-workload-out table, frontier plot and ci.json entries.
 
-Judged by its ranking, deployed by measured costs (docs/DESIGN.md, "Selector"):
-
-- A *score* of the primary draft ranks blocks by how likely an alternative beats it:
-  `logistic` (an L2 logistic regression on the standardised conf_mean, conf_min, conf_first,
-  ent_mean; label = some other drafter produces more tokens than the primary), and the
-  training-free `conf_min` (low first), `ent_mean` (high first) and `draft_empty` (the primary
-  proposed nothing).
-- Headline: the area under the out-of-fold capture-vs-redraft frontier (0.5 = random ranking),
-  per held-out workload and pooled. Capture is of the gap to the best of all drafters.
-- Operating point: inside each leave-one-workload-out fold, on the training workloads only,
-  the primary (most tokens per target pass there), and by an inner leave-one-workload-out loop
-  the alternatives set (each single other drafter, each pair, or all of them) and the threshold
-  that maximise the cost model's speedup (bandit/breakeven.py: the manifest's measured costs,
-  else its documented what-if). The held-out workload then meets that rule unchanged. An
-  operating point that never (or always) re-drafts is reported as such; skill = capture /
-  redraft rate only where it re-drafts at all.
-
-On dense logs every fold works on the block set of its primary (its own trajectory starts);
-token counts are tau = accepted + 1 capped at the output's end. Refits are batched over
-bootstrap resamples (bandit/logistic.py), so `nested(t, counts)` evaluates all resamples at once.
+The estimator (scores, folds, rules) is bandit/selector_fit.py's; this module resamples it
+(bandit/bootstrap.py: every fit, primary, alternatives set and threshold remade in every resample)
+and says what it found.
 
     python bandit/selector.py [PATHS...] [--out-dir DIR]    # LOWO table + DIR/selector_frontier.{png,csv}
 """
+
 from __future__ import annotations
 
 if __package__ in (None, ""):  # run as `python bandit/selector.py`: import our `bandit`, not a namesake
-    import pathlib, sys
+    import pathlib
+    import sys
+
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
-from dataclasses import dataclass
-from itertools import combinations
 from pathlib import Path
 from typing import Annotated, Optional, Sequence
 
 import numpy as np
 import typer
 
-from bandit import logistic, trajectory
-from bandit import progress as _progress
-from bandit.breakeven import Costs, costs_for
-from bandit.logs import FEATURES, BlockTable
-
-SCORES = ("logistic", "conf_min", "ent_mean", "draft_empty")
-MAX_SUBSET = 2      # alternatives sets searched: every single drafter, every pair, and all of them
-C_REG = 1.0         # inverse L2 strength of the logistic score (scikit-learn's C)
-EMPTY_ENT = 1e9     # ent_mean score of an empty draft: above any entropy (finite, so a threshold can sit on it)
+from bandit import progress, trajectory
+from bandit.bootstrap import JACK_GROUPS, Entry, Interval, cluster_units, interval, resample_counts
+from bandit.logs import default_inputs, load_logs, run_dir
+from bandit.schema import code_version
+from bandit.selector_fit import SCORES, NestedResult, candidates, frontier_points, nested, primaries, rule_text
+from bandit.table import BlockTable
 
 
-# ---------------------------------------------------------------- the data of one candidate primary
+def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: str) -> list[Entry]:
+    """The LOWO selector's entries: frontier areas of every score (headline) and the logistic score's operating
+    point, with every fit, primary, alternatives set and threshold remade in every resample (bandit/selector.py)."""
+    W, P = len(t.workloads), t.n_prompts
+    point = nested(t, np.ones((1, P)))
+    fixed = row_w = None
+    if unit == "prompt":
+        _, strata = cluster_units(t, "prompt")
+        wp = resample_counts(strata, n_refit, seed).astype(float)
+    else:  # single blocks of each fold's block set (its primary chosen on its training workloads, then fixed)
+        fixed = primaries(t)
+        cands = candidates(t, sorted(set(fixed)))
+        row_w = {q: resample_counts(cands[q].workload, n_refit, seed).astype(float) for q in set(fixed)}
+        wp = np.ones((n_refit, P))
+    boot = nested(
+        t,
+        wp,
+        fold_primaries=fixed,
+        row_weights=row_w,
+        progress=f"selector refits: {wp.shape[0]} resamples, held-out workload",
+    )
+    jack = None
+    if method == "bca":
+        if unit == "prompt":
+            G = min(P, JACK_GROUPS)
+            group = np.arange(P) % G
+            jack = nested(t, (group[None, :] != np.arange(G)[:, None]).astype(float))
+        else:
+            jw = {}
+            for q in set(fixed):
+                n = cands[q].rows.size
+                G = min(n, JACK_GROUPS)
+                jw[q] = ((np.arange(n) % G)[None, :] != np.arange(JACK_GROUPS)[:, None]).astype(float)
+            jack = nested(t, np.ones((JACK_GROUPS, P)), fold_primaries=fixed, row_weights=jw)
+    n_w = [int(point.sums["logistic"][g].w[0]) for g in range(W)]
+    c_w = np.bincount(t.workload[trajectory.prompt_rows(t)[0]], minlength=W)
+    out: list[Entry] = []
 
-@dataclass(frozen=True)
-class Candidate:
-    """The selector's view of the block set of one candidate primary q (B blocks)."""
-    q: int
-    rows: np.ndarray       # (B,) record index in the table
-    X: np.ndarray          # (B, 4) q's draft features
-    empty: np.ndarray      # (B,) bool: q proposed nothing
-    tau: np.ndarray        # (B, D) tokens each drafter's block would produce (capped at the output's end)
-    workload: np.ndarray   # (B,) int
-    prompt: np.ndarray     # (B,) int
+    def add(name: str, v: np.ndarray, bt: np.ndarray, jk: np.ndarray | None, g: int | None, label: str) -> None:
+        nb = sum(n_w) if g is None else n_w[g]
+        nc = P if g is None else int(c_w[g])
+        out.append(Entry(name, interval(float(v[0]), bt, jk, method, unit, seed), nb, nc, label))
 
-
-def candidates(t: BlockTable, only: Sequence[int] | None = None) -> list[Candidate | None]:
-    """One Candidate per drafter (dense logs: its own trajectory starts; sparse: the logged block starts);
-    with `only`, None for the drafters not in it."""
-    starts = trajectory.fixed_starts(t) if t.dense else None
-    base = None if t.dense else np.flatnonzero(t.is_block_start)
-    out: list[Candidate | None] = []
-    for q in range(len(t.drafters)):
-        if only is not None and q not in only:
-            out.append(None)
-            continue
-        rows = np.flatnonzero(starts[:, q]) if t.dense else base
-        b = t.take(rows)
-        out.append(Candidate(q, rows, b.features[:, q, :], b.draft_len[:, q] == 0, trajectory.block_tokens(t, rows),
-                             b.workload.astype(np.int64), b.prompt.astype(np.int64)))
+    for sc in SCORES:
+        pre = "selector_frontier_area" + ("" if sc == "logistic" else f"_{sc}")
+        for j in range(W + 1):
+            name = pre if j == W else f"{pre}[{t.workloads[j]}]"
+            add(
+                name,
+                point.areas[sc][:, j],
+                boot.areas[sc][:, j],
+                None if jack is None else jack.areas[sc][:, j],
+                None if j == W else j,
+                t.label,
+            )
+    for g in [None, *range(W)]:
+        o, ob = point.outcome("logistic", g), boot.outcome("logistic", g)
+        oj = None if jack is None else jack.outcome("logistic", g)
+        sfx = "" if g is None else f"[{t.workloads[g]}]"
+        for key, name in (
+            ("capture", "selector_capture"),
+            ("redraft_rate", "selector_redraft_rate"),
+            ("skill", "selector_skill"),
+            ("token_gain", "selector_token_gain"),
+            ("speedup", "selector_speedup"),
+        ):
+            why = None
+            if key == "skill" and not 0 < o["redraft_rate"][0] < 1:  # listed with the reason, not dropped
+                why = (
+                    "undefined: the selector re-drafts "
+                    + ("every block" if o["redraft_rate"][0] >= 1 else "no block")
+                    + ", so capture per re-draft says nothing about its ranking"
+                )
+            if key == "capture" and not np.isfinite(o["capture"][0]):
+                why = "undefined: the alternatives have no gap to capture on this block set"
+            if why is not None:
+                nan = float("nan")
+                out.append(
+                    Entry(
+                        f"{name}{sfx}",
+                        Interval(nan, nan, nan, method, unit, n_refit, seed, why),
+                        0,
+                        t.n_prompts,
+                        t.label,
+                    )
+                )
+                continue
+            add(
+                f"{name}{sfx}",
+                o[key],
+                ob[key],
+                None if oj is None else oj[key],
+                g,
+                "MODEL" if key == "speedup" else t.label,
+            )
     return out
-
-
-def primaries(t: BlockTable) -> list[int]:
-    """(W,) each fold's primary on the data as they are (chosen on the other workloads)."""
-    W = len(t.workloads)
-    cands = candidates(t, [] if t.dense else [0])   # a dense log's primary needs trajectories only
-    wp = np.ones((1, t.n_prompts))
-    return [int(fold_primary(t, cands, wp, np.arange(W) != g, None)[0]) for g in range(W)]
-
-
-def fold_primary(t: BlockTable, cands: list[Candidate | None], wp: np.ndarray, train: np.ndarray,
-                 fixed: int | None) -> np.ndarray:
-    """(m,) primary per resample on the training workloads: most tokens per pass (dense) or highest mean
-    accepted over the block starts (sparse), under prompt weights wp (m, P); `fixed` overrides."""
-    m = wp.shape[0]
-    if fixed is not None:
-        return np.full(m, fixed)
-    trp = train[t.workload[trajectory.prompt_rows(t)[0]]] if t.n_prompts else np.zeros(0, bool)
-    if t.dense:
-        passes = trajectory.fixed_passes(t).astype(float)          # (P, D)
-        return trajectory.primary_index((wp * trp) @ passes)
-    c = next(x for x in cands if x is not None)     # a sparse log: every candidate shares the logged block starts
-    keep = train[c.workload]
-    w = wp[:, c.prompt] * keep
-    a = t.accepted[c.rows].astype(float)
-    return np.argmax(w @ a, 1)
-
-
-# ---------------------------------------------------------------- scores
-
-def _raw_score(c: Candidate, score: str) -> np.ndarray | None:
-    if score == "conf_min":
-        return -c.X[:, FEATURES.index("conf_min")]
-    if score == "ent_mean":
-        # an empty draft has no entropy to show (its features are zeros): it ranks first, as the least sure
-        return np.where(c.empty, EMPTY_ENT, c.X[:, FEATURES.index("ent_mean")])
-    if score == "draft_empty":
-        return c.empty.astype(float)
-    if score == "logistic":
-        return None
-    raise ValueError(f"score must be one of {SCORES}, got {score!r}")
-
-
-class _Fits:
-    """Batched logistic fits of one candidate, memoised by the set of training workloads."""
-
-    def __init__(self, c: Candidate, w: np.ndarray):
-        self.c, self.w, self.memo = c, w, {}
-        best_other = np.delete(c.tau, c.q, axis=1).max(1) if c.tau.shape[1] > 1 else c.tau[:, c.q]
-        self.y = (best_other > c.tau[:, c.q]).astype(float)
-
-    def scores(self, train: frozenset, rows: np.ndarray) -> np.ndarray:
-        """(m, len(rows)) P(some alternative beats the primary) from the model fitted on `train` workloads."""
-        if train not in self.memo:
-            keep = np.isin(self.c.workload, sorted(train))
-            self.memo[train] = logistic.fit_batched(self.c.X[keep], self.y[keep], self.w[:, keep], C=C_REG)
-        return self.memo[train].predict_proba(self.c.X[rows])
-
-
-def oof_scores(c: Candidate, w: np.ndarray, score: str, train: Sequence[int], held: int,
-               fits: _Fits | None) -> tuple[np.ndarray, np.ndarray]:
-    """Out-of-fold scores, (m, n_held) on the held-out workload and (m, n_train) on the training rows from the
-    inner leave-one-workload-out loop (each training workload scored by a model that never saw it)."""
-    m = w.shape[0]
-    held_rows = np.flatnonzero(c.workload == held)
-    tr_rows = np.flatnonzero(np.isin(c.workload, list(train)))
-    raw = _raw_score(c, score)
-    if raw is not None:
-        return np.broadcast_to(raw[held_rows], (m, held_rows.size)), np.broadcast_to(raw[tr_rows], (m, tr_rows.size))
-    s_held = fits.scores(frozenset(train), held_rows)
-    s_tr = np.empty((m, tr_rows.size))
-    for h in train:
-        inner = [g for g in train if g != h]
-        at = c.workload[tr_rows] == h
-        s_tr[:, at] = fits.scores(frozenset(inner), tr_rows[at]) if inner else 0.5
-    return s_held, s_tr
-
-
-# ---------------------------------------------------------------- frontier and operating point
-
-def _steps(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(order, ends): s sorted decreasing (stable), and the index in that order where each run of tied scores ends
-    (re-drafting down to a threshold takes whole ties: a threshold sits between distinct scores)."""
-    o = np.argsort(-s, kind="stable")
-    so = s[o]
-    return o, np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
-
-
-def frontier_area(s: np.ndarray, w: np.ndarray, up: np.ndarray) -> float:
-    """Area under capture (of sum w*up) vs redraft rate (of sum w) re-drafting in decreasing score order.
-
-    Tied scores are one step (its points joined linearly: random order within a tie). 0.5 = random;
-    NaN when there is nothing to capture."""
-    tot_w, tot_u = float(w.sum()), float((w * up).sum())
-    if tot_w <= 0 or tot_u <= 0:
-        return float("nan")
-    o, ends = _steps(s)
-    R = np.r_[0.0, np.cumsum(w[o])[ends] / tot_w]
-    C = np.r_[0.0, np.cumsum((w * up)[o])[ends] / tot_u]
-    return float(np.sum(np.diff(R) * (C[1:] + C[:-1]) / 2))
-
-
-def alternative_sets(D: int, p: int) -> list[tuple[int, ...]]:
-    others = [d for d in range(D) if d != p]
-    sets = [c for k in range(1, min(MAX_SUBSET, len(others)) + 1) for c in combinations(others, k)]
-    if len(others) > MAX_SUBSET:
-        sets.append(tuple(others))
-    return sets
-
-
-@dataclass(frozen=True)
-class Rule:
-    """An operating point chosen on training workloads: re-draft with `alts` when score >= threshold."""
-    primary: int
-    alts: tuple[int, ...]
-    threshold: float      # +inf: never re-draft; -inf: always
-    speedup: float        # modelled speedup on the training workloads' inner out-of-fold scores
-
-    @property
-    def kind(self) -> str:
-        return "never" if self.threshold == np.inf else "always" if self.threshold == -np.inf else "threshold"
-
-
-def choose_rule(s: np.ndarray, w: np.ndarray, tau: np.ndarray, p: int, costs: Costs) -> Rule:
-    """The (alternatives set, threshold) of highest modelled speedup over the inner out-of-fold scores s (n,)."""
-    best = Rule(p, (), np.inf, 1.0)
-    keep = w > 0
-    if not keep.any():
-        return best
-    s, w, tau = s[keep], w[keep], tau[keep]
-    o, ends = _steps(s)
-    R = np.cumsum(w[o])[ends] / w.sum()
-    base = float(w @ tau[:, p])
-    for alts in alternative_sets(tau.shape[1], p):
-        up = tau[:, list(alts) + [p]].max(1) - tau[:, p]
-        g = np.cumsum((w * up)[o])[ends] / base
-        sp = costs.speedup(p, alts, R, g)
-        i = int(np.argmax(sp))
-        if sp[i] > best.speedup + 1e-12:
-            thr = -np.inf if i == ends.size - 1 else float(s[o[ends[i]]])
-            best = Rule(p, alts, thr, float(sp[i]))
-    return best
-
-
-# ---------------------------------------------------------------- LOWO, batched over resamples
-
-@dataclass(frozen=True)
-class FoldSums:
-    """Weighted sums of one held-out workload's blocks under its fold's rule, (m,) each."""
-    w: np.ndarray          # total block weight
-    r: np.ndarray          # weight re-drafted
-    gain: np.ndarray       # tokens gained by re-drafting (tau_sel - tau_p)
-    room: np.ndarray       # tokens re-drafting every block with the rule's alternatives would gain
-    base: np.ndarray       # tokens of the primary alone
-
-
-@dataclass(frozen=True)
-class NestedResult:
-    """LOWO of every score over m weightings (m = 1: the data as they are; else bootstrap resamples)."""
-    workloads: tuple[str, ...]
-    drafters: tuple[str, ...]
-    areas: dict[str, np.ndarray]        # score -> (m, W + 1): frontier area per held-out workload, then pooled
-    sums: dict[str, list[FoldSums]]     # score -> W folds of the operating point
-    rules: dict[str, list[list[Rule]]]  # score -> W folds -> m rules
-    costs: Costs
-
-    def outcome(self, score: str, fold: int | None = None) -> dict[str, np.ndarray]:
-        """capture, redraft_rate, skill, token_gain, speedup [MODEL], each (m,), for one fold or pooled.
-
-        Pooled, capture and skill count only the folds whose rule re-drafts with some alternatives (a fold that
-        never re-drafts has no gap of its own to capture); the redraft rate and token gain count every block.
-        Skill is NaN unless 0 < R < 1 among those folds' blocks (never and always are degenerate)."""
-        folds = range(len(self.workloads)) if fold is None else [fold]
-        fs = [self.sums[score][f] for f in folds]
-        act = [np.array([bool(r.alts) for r in self.rules[score][f]]) for f in folds]   # (m,) per fold
-        tot = {k: np.sum([getattr(f, k) for f in fs], 0) for k in ("w", "r", "gain", "base")}
-        room = np.sum([f.room * a for f, a in zip(fs, act)], 0)
-        gain_a = np.sum([f.gain * a for f, a in zip(fs, act)], 0)
-        w_a = np.sum([f.w * a for f, a in zip(fs, act)], 0)
-        r_a = np.sum([f.r * a for f, a in zip(fs, act)], 0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            R = tot["r"] / tot["w"]
-            C = np.where(room > 0, gain_a / room, np.nan)
-            Ra = r_a / w_a
-            skill = np.where((Ra > 0) & (Ra < 1), C / Ra, np.nan)
-            g = tot["gain"] / tot["base"]
-        return {"capture": C, "redraft_rate": R, "skill": skill, "token_gain": g, "speedup": self._speedup(score, fold)}
-
-    def _speedup(self, score: str, fold: int | None) -> np.ndarray:
-        # each fold under its own rule's costs; pooled as (tokens / cost) over the primary alone's (tokens / cost)
-        tok = cost = base_tok = base_cost = 0.0
-        for f in (range(len(self.workloads)) if fold is None else [fold]):
-            s, rules = self.sums[score][f], self.rules[score][f]
-            c0 = np.array([1.0 + self.costs.rho[r.primary] for r in rules])
-            extra = np.array([float(sum(self.costs.rho[j] for j in r.alts)) + self.costs.alpha(len(r.alts))
-                              if r.alts else 0.0 for r in rules])
-            tok, cost = tok + s.base + s.gain, cost + s.w * c0 + s.r * extra
-            base_tok, base_cost = base_tok + s.base, base_cost + s.w * c0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (tok / cost) / (base_tok / base_cost)
-
-
-def nested(t: BlockTable, wp: np.ndarray, costs: Costs | None = None, scores: Sequence[str] = SCORES,
-           fold_primaries: Sequence[int] | None = None, row_weights: dict[int, np.ndarray] | None = None,
-           progress: str | None = None) -> NestedResult:
-    """Leave-one-workload-out evaluation of every score under m weightings at once.
-
-    wp (m, P) prompt weights (bootstrap draw counts; ones for the data as they are). The block resampling
-    unit passes `fold_primaries` (W,), each fold's primary as chosen on its training workloads in the full
-    data (`primaries`), and `row_weights` {q: (m, B_q)} weighting each such block set's rows directly.
-    `progress`: a progress bar's description (one step per held-out workload), or None for none.
-    """
-    W, D = len(t.workloads), len(t.drafters)
-    if W < 2:
-        raise ValueError(f"LOWO needs at least two workloads; the logs have {list(t.workloads)}")
-    if D < 2:
-        raise ValueError("the selector needs at least two drafters")
-    costs = costs or costs_for(t.drafters, t.manifests[0] if t.manifests else None)
-    cands = candidates(t, None if fold_primaries is None else sorted(set(fold_primaries)))
-    m = wp.shape[0]
-    prim = {g: fold_primary(t, cands, wp, np.arange(W) != g, None if fold_primaries is None else fold_primaries[g])
-            for g in range(W)}
-    weights = {}
-    for q in set(np.concatenate(list(prim.values())).tolist()):
-        c = cands[q]
-        weights[q] = row_weights[q] if row_weights is not None else np.take(wp, c.prompt, axis=1)
-    fits = {q: _Fits(cands[q], weights[q]) for q in weights} if "logistic" in scores else {}
-    areas = {s: np.full((m, W + 1), np.nan) for s in scores}
-    sums = {s: [] for s in scores}
-    rules = {s: [] for s in scores}
-    pooled = {s: [[] for _ in range(m)] for s in scores}       # per resample: (score, w, up) of every fold
-    pbar = _progress.bar(W, progress) if progress else None
-    for g in range(W):
-        if pbar is not None and g:
-            pbar.update(1)  # the previous held-out workload is done
-        train = [h for h in range(W) if h != g]
-        acc = {s: {k: np.zeros(m) for k in ("w", "r", "gain", "room", "base")} for s in scores}
-        fold_rules = {s: [None] * m for s in scores}
-        for q in np.unique(prim[g]).tolist():
-            c, wq = cands[q], weights[q]
-            ms = np.flatnonzero(prim[g] == q)
-            held = np.flatnonzero(c.workload == g)
-            tr = np.flatnonzero(c.workload != g)
-            up_h = (c.tau.max(1) - c.tau[:, q])[held]     # the gap to the best of all drafters, held-out rows
-            tau_h, tau_tr = c.tau[held], c.tau[tr]
-            for s in scores:
-                sh, st = oof_scores(c, wq, s, train, g, fits.get(q))
-                for i in ms.tolist():
-                    wh, wt = wq[i, held], wq[i, tr]
-                    areas[s][i, g] = frontier_area(sh[i], wh, up_h)
-                    pooled[s][i].append((sh[i], wh, up_h))
-                    rule = choose_rule(st[i], wt, tau_tr, q, costs)
-                    fold_rules[s][i] = rule
-                    up = tau_h[:, list(rule.alts) + [q]].max(1) - tau_h[:, q] if rule.alts else np.zeros(held.size)
-                    r = sh[i] >= rule.threshold
-                    a = acc[s]
-                    a["w"][i], a["r"][i] = wh.sum(), wh @ r
-                    a["gain"][i], a["room"][i], a["base"][i] = (wh * r) @ up, wh @ up, wh @ tau_h[:, q]
-        for s in scores:
-            sums[s].append(FoldSums(**acc[s]))
-            rules[s].append(fold_rules[s])
-    for s in scores:
-        for i in range(m):
-            sc, ww, uu = (np.concatenate(x) for x in zip(*pooled[s][i]))
-            areas[s][i, W] = frontier_area(sc, ww, uu)
-    if pbar is not None:
-        pbar.update(1)
-        pbar.close()
-    return NestedResult(t.workloads, t.drafters, areas, sums, rules, costs)
-
-
-# ---------------------------------------------------------------- the report
-
-def rule_text(r: Rule, score: str, drafters: Sequence[str]) -> str:
-    if r.kind == "never":
-        return "never re-drafts"
-    alts = "+".join(drafters[j] for j in r.alts)
-    if r.kind == "always":
-        return f"always re-drafts with {alts}"
-    thr = {"conf_min": f"conf_min <= {-r.threshold:.3f}", "ent_mean": f"ent_mean >= {r.threshold:.3f}",
-           "draft_empty": "the primary's draft is empty"}.get(score, f"p >= {r.threshold:.3f}")
-    return f"re-draft with {alts} when {thr}"
 
 
 def render(t: BlockTable, point: NestedResult, boot: NestedResult | None = None, how: str = "", seed: int = 0) -> str:
     """The LOWO table: frontier areas (headline) and each fold's operating point, with 95% percentile intervals
     from `boot` (the same LOWO under bootstrap weights) where given."""
-    from bandit.ci import interval
     tag = "unlabelled" if t.label == "UNLABELLED" else t.label
     W = len(t.workloads)
 
@@ -379,16 +144,28 @@ def render(t: BlockTable, point: NestedResult, boot: NestedResult | None = None,
         return format(x, fmt) + ci
 
     where = "each fold primary's own trajectory starts (dense log)" if t.dense else "the logged block starts"
-    lines = [f"block sets: {where}; {point.costs.describe()}",
-             f"frontier area (out-of-fold capture vs redraft rate; 0.5 = random) [{tag}]" + (f", 95% CI: {how}" if how else ""),
-             "| score | " + " | ".join(t.workloads) + " | pooled |", "|---|" + "---|" * (W + 1)]
+    lines = [
+        f"block sets: {where}; {point.costs.describe()}",
+        f"frontier area (out-of-fold capture vs redraft rate; 0.5 = random) [{tag}]"
+        + (f", 95% CI: {how}" if how else ""),
+        "| score | " + " | ".join(t.workloads) + " | pooled |",
+        "|---|" + "---|" * (W + 1),
+    ]
     for s in point.areas:
-        lines.append(f"| {s} | " + " | ".join(cell(point.areas[s][:, j], None if boot is None else boot.areas[s][:, j],
-                                                   ".3f") for j in range(W + 1)) + " |")
-    lines += ["", f"operating point per held-out workload (rule chosen on the other workloads by modelled speedup) "
-              f"[{tag}]; speedup [MODEL]; skill only where 0 < redraft < 1",
-              "| score | held-out | primary | rule (inner LOWO) | capture | redraft | skill | token gain | speedup |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {s} | "
+            + " | ".join(
+                cell(point.areas[s][:, j], None if boot is None else boot.areas[s][:, j], ".3f") for j in range(W + 1)
+            )
+            + " |"
+        )
+    lines += [
+        "",
+        f"operating point per held-out workload (rule chosen on the other workloads by modelled speedup) "
+        f"[{tag}]; speedup [MODEL]; skill only where 0 < redraft < 1",
+        "| score | held-out | primary | rule (inner LOWO) | capture | redraft | skill | token gain | speedup |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for s in point.areas:
         for g in [*range(W), None]:
             o = point.outcome(s, g)
@@ -400,45 +177,34 @@ def render(t: BlockTable, point: NestedResult, boot: NestedResult | None = None,
                 r = point.rules[s][g][0]
                 name, prim, rule = t.workloads[g], t.drafters[r.primary], rule_text(r, s, t.drafters)
                 if r.kind == "threshold" and R in (0.0, 1.0):
-                    rule += (" (degenerate here: re-drafts no held-out block)" if R == 0 else
-                             " (degenerate here: re-drafts every held-out block)")
-            c = {k: cell(o[k], None if ob is None else ob[k], f) for k, f in
-                 (("capture", ".3f"), ("redraft_rate", ".3f"), ("token_gain", "+.4f"), ("speedup", ".4f"))}
-            sk = cell(o["skill"], None if ob is None else ob["skill"], ".2f") if np.isfinite(o["skill"][0]) \
+                    rule += (
+                        " (degenerate here: re-drafts no held-out block)"
+                        if R == 0
+                        else " (degenerate here: re-drafts every held-out block)"
+                    )
+            c = {
+                k: cell(o[k], None if ob is None else ob[k], f)
+                for k, f in (("capture", ".3f"), ("redraft_rate", ".3f"), ("token_gain", "+.4f"), ("speedup", ".4f"))
+            }
+            sk = (
+                cell(o["skill"], None if ob is None else ob["skill"], ".2f")
+                if np.isfinite(o["skill"][0])
                 else "n/a (degenerate)"
-            lines.append(f"| {s} | {name} | {prim} | {rule} | {c['capture']} | {c['redraft_rate']} | {sk} | "
-                         f"{c['token_gain']} | {c['speedup']} |")
+            )
+            lines.append(
+                f"| {s} | {name} | {prim} | {rule} | {c['capture']} | {c['redraft_rate']} | {sk} | "
+                f"{c['token_gain']} | {c['speedup']} |"
+            )
     return "\n".join(lines) + "\n"
-
-
-def frontier_points(t: BlockTable, score: str = "logistic") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pooled out-of-fold frontier of one score on the data as they are: (R, C, g), each (T,), R ascending."""
-    W = len(t.workloads)
-    cands = candidates(t)
-    wp = np.ones((1, t.n_prompts))
-    S, U, Bs = [], [], []
-    fits = {}
-    for g in range(W):
-        q = int(fold_primary(t, cands, wp, np.arange(W) != g, None)[0])
-        c = cands[q]
-        fits.setdefault(q, _Fits(c, wp[:, c.prompt]))
-        held = np.flatnonzero(c.workload == g)
-        sh, _ = oof_scores(c, wp[:, c.prompt], score, [h for h in range(W) if h != g], g, fits[q])
-        S.append(sh[0]); U.append(c.tau[held].max(1) - c.tau[held, q])
-        Bs.append(c.tau[held, q])
-    s, up, base = np.concatenate(S), np.concatenate(U), np.concatenate(Bs)
-    o, ends = _steps(s)
-    R = np.r_[0.0, (ends + 1) / s.size]
-    C = np.r_[0.0, np.cumsum(up[o])[ends] / max(up.sum(), 1e-300)]
-    gg = np.r_[0.0, np.cumsum(up[o])[ends] / base.sum()]
-    return R, C, gg
 
 
 def write_frontier(t: BlockTable, out_dir: Path, scores: Sequence[str] = SCORES) -> tuple[Path, Path]:
     """OUT_DIR/selector_frontier.csv (score, redraft_rate, capture, token_gain) and .png with the random diagonal."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, png = out_dir / "selector_frontier.csv", out_dir / "selector_frontier.png"
     rows = ["score,redraft_rate,capture,token_gain"]
@@ -463,7 +229,6 @@ def write_frontier(t: BlockTable, out_dir: Path, scores: Sequence[str] = SCORES)
 
 
 def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_dir: Path | None = None) -> str:
-    from bandit.logs import default_inputs, load_logs, run_dir
     said = f"read: {', '.join(str(p) for p in paths)}"
     if not paths:
         paths, said = default_inputs()
@@ -473,17 +238,24 @@ def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_
     point = nested(t, np.ones((1, t.n_prompts)))
     boot, how = None, ""
     if n_resamples > 0:
-        from bandit.ci import _units, resample_counts
-        _, strata = _units(t, "prompt")
-        boot = nested(t, resample_counts(strata, n_resamples, seed).astype(float),
-                      progress=f"selector: {n_resamples} resamples, held-out workload")
-        how = (f"percentile bootstrap over prompt clusters within workloads, {n_resamples} resamples (every fit, "
-               f"primary, alternatives set and threshold remade in each), seed {seed}")
+        _, strata = cluster_units(t, "prompt")
+        boot = nested(
+            t,
+            resample_counts(strata, n_resamples, seed).astype(float),
+            progress=f"selector: {n_resamples} resamples, held-out workload",
+        )
+        how = (
+            f"percentile bootstrap over prompt clusters within workloads, {n_resamples} resamples (every fit, "
+            f"primary, alternatives set and threshold remade in each), seed {seed}"
+        )
     text_body = render(t, point, boot, how, seed)
-    from bandit.ci import code_version
-    text = (f"{said}\n{t.summary()}\n" + text_body
-            + "inputs: " + ", ".join(f"{x.path} sha256:{x.sha256[:12]}" for x in t.sources)
-            + f"; code {code_version()}\n")
+    text = (
+        f"{said}\n{t.summary()}\n"
+        + text_body
+        + "inputs: "
+        + ", ".join(f"{x.path} sha256:{x.sha256[:12]}" for x in t.sources)
+        + f"; code {code_version('bandit')}\n"
+    )
     if out_dir is not None:
         csv, png = write_frontier(t, Path(out_dir))
         (Path(out_dir) / "selector.txt").write_text(text)
@@ -491,23 +263,32 @@ def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_
     return text
 
 
-def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
-        resamples: Annotated[int, typer.Option(min=0, help="bootstrap resamples for the frontier-area CIs (0: none)")] = 200,
-        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
-        out_dir: Annotated[Optional[Path], typer.Option(help="write selector.txt and selector_frontier.png/.csv here "
-                                                             "(default: beside the one run read; nowhere for several "
-                                                             "runs pooled)")] = None,
-        quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False) -> None:
+def cli(
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+    resamples: Annotated[
+        int, typer.Option(min=0, help="bootstrap resamples for the frontier-area CIs (0: none)")
+    ] = 200,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    out_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="write selector.txt and selector_frontier.png/.csv here "
+            "(default: beside the one run read; nowhere for several "
+            "runs pooled)"
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+) -> None:
     """Per-block selector, leave-one-workload-out: frontier areas (0.5 = random) of the logistic score and the
     training-free conf_min / ent_mean / draft_empty scores, and each fold's operating point (primary, alternatives
     and threshold chosen on the training workloads by the cost model's speedup: measured costs when the manifest
     has timing, else the what-if of docs/DESIGN.md). Dense logs: every fold on its primary's trajectory starts.
     """
-    from bandit import progress
     progress.quiet(quiet)
     typer.echo(main(paths or [], resamples, seed, out_dir), nl=False)
 
 
 if __name__ == "__main__":
     from bandit.errors import run
+
     run(cli)

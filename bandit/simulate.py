@@ -19,10 +19,12 @@ drafter differs by workload; without it the ranking is the same everywhere. Ever
 
     python bandit/simulate.py --out runs/sim      # regenerate the shipped [SIM] campaign
 """
+
 from __future__ import annotations
 
 if __package__ in (None, ""):  # run as `python bandit/simulate.py`: import our `bandit`, not a namesake
     import pathlib, sys
+
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 import dataclasses
@@ -36,12 +38,8 @@ import numpy as np
 from scipy.special import expit, ndtr
 
 from bandit import __version__
-from bandit.logs import BlockTable, _is_dense
-
-try:
-    import orjson as _fastjson
-except ImportError:  # pragma: no cover
-    _fastjson = None
+from bandit.schema import FEATURES, features
+from bandit.table import BlockTable, is_dense
 
 VOCAB = 32000
 
@@ -49,6 +47,7 @@ VOCAB = 32000
 @dataclass(frozen=True)
 class SimConfig:
     """Every knob of the simulated campaign; W workloads, D drafters. Defaults: the shipped `runs/sim/`."""
+
     workloads: tuple[str, ...] = ("chat", "code", "copy", "math")
     drafters: tuple[str, ...] = ("cascade", "dflash", "eagle", "ngram")
     # per-token acceptance probability at an average prompt: drafter base (D,) x workload shift (W,)
@@ -57,28 +56,34 @@ class SimConfig:
     workload_shift: tuple[float, ...] = (-0.25, 0.05, 0.55, 0.0)
     token_accept: tuple[tuple[float, ...], ...] | None = None
     ranking_flips: bool = False
-    flip_margin: float = 0.2         # probit lead of drafter w mod D on workload w when flips are on
-    shared: float = 0.9              # share of the per-position latent variance common to all drafters
-    prompt_sd: float = 0.25          # per-prompt random effect, shared by the drafters
+    flip_margin: float = 0.2  # probit lead of drafter w mod D on workload w when flips are on
+    shared: float = 0.9  # share of the per-position latent variance common to all drafters
+    prompt_sd: float = 0.25  # per-prompt random effect, shared by the drafters
     prompt_drafter_sd: float = 0.15  # per-prompt random effect, per drafter
     signal: tuple[float, ...] = (0.8, 0.8, 0.0, 0.8)  # (W,) confidence signal strength in [0,1]
     conf_base: tuple[float, ...] = (0.0, 0.3, 2.5, 0.2)  # (W,) logit offset of confidence
     empty_rate: tuple[float, ...] = (0.0, 0.0, 0.0, 0.4)  # (D,) P(no draft) where the first token would miss
-    n_prompts: int = 24              # per workload
-    out_len: int = 96                # target output tokens per prompt
+    n_prompts: int = 24  # per workload
+    out_len: int = 96  # target output tokens per prompt
     out_lens: tuple[int, ...] | None = None  # (W * n_prompts,) per-prompt output lengths, workload-major,
-                                             # each in 1..out_len; None: every prompt has out_len
-    k: int = 8                       # maximum draft length
-    dense: bool = True               # a record at every position (else block starts of `behaviour` only)
-    behaviour: int = 1               # drafter index whose trajectory marks `block` (the logged run)
+    # each in 1..out_len; None: every prompt has out_len
+    k: int = 8  # maximum draft length
+    dense: bool = True  # a record at every position (else block starts of `behaviour` only)
+    behaviour: int = 1  # drafter index whose trajectory marks `block` (the logged run)
     drafter_ms: tuple[float, ...] = (3.0, 2.8, 1.6, 0.05)  # (D,) wall ms of one drafting call
-    verify_ms: float = 10.0          # target verification of k + 1 tokens
+    verify_ms: float = 10.0  # target verification of k + 1 tokens
     seed: int = 0
 
     def __post_init__(self):
         W, D = len(self.workloads), len(self.drafters)
-        for name, n in (("drafter_accept", D), ("empty_rate", D), ("drafter_ms", D),
-                        ("workload_shift", W), ("signal", W), ("conf_base", W)):
+        for name, n in (
+            ("drafter_accept", D),
+            ("empty_rate", D),
+            ("drafter_ms", D),
+            ("workload_shift", W),
+            ("signal", W),
+            ("conf_base", W),
+        ):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"SimConfig.{name}: expected {n} values, got {len(getattr(self, name))}")
         if self.token_accept is not None and np.shape(self.token_accept) != (W, D):
@@ -89,10 +94,13 @@ class SimConfig:
             raise ValueError(f"SimConfig.shared: must lie in [0, 1], got {self.shared}")
         if self.k < 1 or self.out_len < 1 or self.n_prompts < 1:
             raise ValueError("SimConfig: k, out_len and n_prompts must be >= 1")
-        if self.out_lens is not None and (len(self.out_lens) != W * self.n_prompts
-                                          or not all(1 <= int(x) <= self.out_len for x in self.out_lens)):
-            raise ValueError(f"SimConfig.out_lens: expected {W * self.n_prompts} lengths (W * n_prompts) in "
-                             f"1..out_len={self.out_len}")
+        if self.out_lens is not None and (
+            len(self.out_lens) != W * self.n_prompts or not all(1 <= int(x) <= self.out_len for x in self.out_lens)
+        ):
+            raise ValueError(
+                f"SimConfig.out_lens: expected {W * self.n_prompts} lengths (W * n_prompts) in "
+                f"1..out_len={self.out_len}"
+            )
         if not 0 <= self.behaviour < D:
             raise ValueError(f"SimConfig.behaviour: drafter index out of range 0..{D - 1}")
         # BlockTable promises sorted names: keep the simulator's indices equal to the loader's
@@ -108,6 +116,7 @@ class SimConfig:
     def mu(self) -> np.ndarray:
         """(W,D) probit of the per-token acceptance at an average prompt."""
         from scipy.special import ndtri
+
         if self.token_accept is not None:
             m = ndtri(np.asarray(self.token_accept, float))
         else:
@@ -123,13 +132,14 @@ class SimConfig:
 @dataclass(frozen=True)
 class SimArrays:
     """The simulated campaign as arrays; P = W * n_prompts prompts, n = out_len positions."""
-    y: np.ndarray          # (P, n) int64: the target's output tokens
-    accepted: np.ndarray   # (P, n, D) int32
+
+    y: np.ndarray  # (P, n) int64: the target's output tokens
+    accepted: np.ndarray  # (P, n, D) int32
     draft_len: np.ndarray  # (P, n, D) int32: k, or 0 for an empty draft
-    conf: np.ndarray       # (P, n, D, k) float64, rounded to 4 decimals (what the JSON holds)
-    entropy: np.ndarray    # (P, n, D, k) float64, idem
-    block: np.ndarray      # (P, n) int64: block index on the behaviour trajectory, -1 elsewhere
-    ms: np.ndarray         # (P, n, D) float64
+    conf: np.ndarray  # (P, n, D, k) float64, rounded to 4 decimals (what the JSON holds)
+    entropy: np.ndarray  # (P, n, D, k) float64, idem
+    block: np.ndarray  # (P, n) int64: block index on the behaviour trajectory, -1 elsewhere
+    ms: np.ndarray  # (P, n, D) float64
     target_ms: np.ndarray  # (P, n) float64
 
 
@@ -137,17 +147,17 @@ def _generate(cfg: SimConfig) -> SimArrays:
     rng = np.random.default_rng(cfg.seed)
     W, D, k, n = len(cfg.workloads), len(cfg.drafters), cfg.k, cfg.out_len
     P = W * cfg.n_prompts
-    wl = np.repeat(np.arange(W), cfg.n_prompts)                                  # (P,)
-    u = (rng.normal(0, cfg.prompt_sd, (P, 1)) + rng.normal(0, cfg.prompt_drafter_sd, (P, D)))
+    wl = np.repeat(np.arange(W), cfg.n_prompts)  # (P,)
+    u = rng.normal(0, cfg.prompt_sd, (P, 1)) + rng.normal(0, cfg.prompt_drafter_sd, (P, D))
     z = rng.normal(size=(P, n, 1))
     e = rng.normal(size=(P, n, D))
     lat = cfg.mu()[wl][:, None, :] + u[:, None, :] + np.sqrt(cfg.shared) * z + np.sqrt(1 - cfg.shared) * e
-    correct = lat > 0                                                            # (P, n, D)
+    correct = lat > 0  # (P, n, D)
 
     run = np.zeros((P, n + 1, D), np.int32)
     for t in range(n - 1, -1, -1):  # run length of correct predictions starting at t
         run[:, t] = (run[:, t + 1] + 1) * correct[:, t]
-    n_p = cfg.lengths()                                                          # (P,) each output's end
+    n_p = cfg.lengths()  # (P,) each output's end
     cap = np.clip(np.minimum(k, n_p[:, None] - 1 - np.arange(n)[None, :]), 0, None)  # (P, n)
     accepted = np.minimum(run[:, :n], cap[:, :, None]).astype(np.int32)
 
@@ -159,9 +169,12 @@ def _generate(cfg: SimConfig) -> SimArrays:
     # token i of the draft at t sits at position t+i: its confidence reads that position's latent
     s = np.asarray(cfg.signal)[wl][:, None, None, None]
     lat_pad = np.concatenate([lat, np.repeat(lat[:, -1:], k, axis=1)], axis=1)
-    win = np.lib.stride_tricks.sliding_window_view(lat_pad, k, axis=1)[:, :n]   # (P, n, D, k)
-    logit = (np.asarray(cfg.conf_base)[wl][:, None, None, None] + s * 2.0 * win
-             + np.sqrt(1 - s ** 2) * rng.normal(size=win.shape))
+    win = np.lib.stride_tricks.sliding_window_view(lat_pad, k, axis=1)[:, :n]  # (P, n, D, k)
+    logit = (
+        np.asarray(cfg.conf_base)[wl][:, None, None, None]
+        + s * 2.0 * win
+        + np.sqrt(1 - s**2) * rng.normal(size=win.shape)
+    )
     conf = np.round(expit(logit), 4)
     pc = np.clip(conf, 1e-4, 1 - 1e-4)
     ent = np.round(-(pc * np.log(pc) + (1 - pc) * np.log1p(-pc)) + 0.2 * np.abs(rng.normal(size=win.shape)), 4)
@@ -177,8 +190,9 @@ def _generate(cfg: SimConfig) -> SimArrays:
             j += 1
     ms = np.round(np.asarray(cfg.drafter_ms)[None, None, :] * rng.lognormal(0, 0.1, (P, n, D)), 3)
     target_ms = np.round(cfg.verify_ms * rng.lognormal(0, 0.05, (P, n)), 3)
-    return SimArrays(y=y, accepted=accepted, draft_len=draft_len, conf=conf, entropy=ent, block=block,
-                     ms=ms, target_ms=target_ms)
+    return SimArrays(
+        y=y, accepted=accepted, draft_len=draft_len, conf=conf, entropy=ent, block=block, ms=ms, target_ms=target_ms
+    )
 
 
 def _kept(cfg: SimConfig, arr: SimArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +211,7 @@ def _draft_tokens(arr: SimArrays, p: np.ndarray, t: np.ndarray, rng: np.random.G
     P, n = arr.y.shape
     D, k = arr.accepted.shape[2], arr.conf.shape[3]
     ypad = np.concatenate([arr.y, np.zeros((P, k), arr.y.dtype)], axis=1)
-    truth = ypad[p[:, None] + 0, t[:, None] + np.arange(k)[None, :]]            # (R, k)
+    truth = ypad[p[:, None] + 0, t[:, None] + np.arange(k)[None, :]]  # (R, k)
     noise = rng.integers(1, VOCAB, (len(p), D, k))
     i = np.arange(k)[None, None, :]
     a = arr.accepted[p, t][:, :, None]
@@ -216,8 +230,13 @@ def _records(cfg: SimConfig, arr: SimArrays, p: np.ndarray, t: np.ndarray, toks:
         drafts = {}
         for j, d in enumerate(cfg.drafters):
             L = dl[r][j]
-            drafts[d] = {"tokens": toks[r][j][:L], "accepted": acc[r][j], "conf": conf[r][j][:L],
-                         "entropy": ent[r][j][:L], "ms": ms[r][j]}
+            drafts[d] = {
+                "tokens": toks[r][j][:L],
+                "accepted": acc[r][j],
+                "conf": conf[r][j][:L],
+                "entropy": ent[r][j][:L],
+                "ms": ms[r][j],
+            }
         rec = {"v": 1, "workload": names[pi][0], "prompt_id": names[pi][1], "pos": ti}
         if blk[r] >= 0:
             rec["block"] = blk[r]
@@ -239,25 +258,39 @@ def manifest(cfg: SimConfig, run: str = "sim") -> dict:
     k = cfg.k
     toks = [1, 2, 4, k, k + 1]
     return {
-        "v": 1, "label": "SIM", "run": run, "created": "2026-11-30T00:00:00Z",
+        "v": 1,
+        "label": "SIM",
+        "run": run,
+        "created": "2026-11-30T00:00:00Z",
         "mode": "dense" if cfg.dense else "sparse",
         "target": {"name": "sim-target", "path": None, "sha256": None},
-        "drafters": {d: {"kind": "sim", "settings": {"token_accept_base": cfg.drafter_accept[j]}, "sha256": None}
-                     for j, d in enumerate(cfg.drafters)},
-        "k": k, "temperature": 0.0, "seed": cfg.seed, "workloads": list(cfg.workloads),
+        "drafters": {
+            d: {"kind": "sim", "settings": {"token_accept_base": cfg.drafter_accept[j]}, "sha256": None}
+            for j, d in enumerate(cfg.drafters)
+        },
+        "k": k,
+        "temperature": 0.0,
+        "seed": cfg.seed,
+        "workloads": list(cfg.workloads),
         "hardware": {"device": "none (simulated)", "torch": None, "cpu": None, "gpu": None},
         "code_version": f"specbandit {__version__}",
         # verify time grows mildly with verified tokens; a batch of N drafts costs ~ +12% per extra draft
-        "timing": {"verify_ms": {"tokens": toks, "ms": [round(cfg.verify_ms * (0.85 + 0.15 * x / (k + 1)), 4) for x in toks]},
-                   "verify_batch_ms": {"drafts": [1, 2, 3, 4], "ms": [round(cfg.verify_ms * (1 + 0.12 * i), 4) for i in range(4)]},
-                   "drafter_ms": dict(zip(cfg.drafters, cfg.drafter_ms))},
+        "timing": {
+            "verify_ms": {"tokens": toks, "ms": [round(cfg.verify_ms * (0.85 + 0.15 * x / (k + 1)), 4) for x in toks]},
+            "verify_batch_ms": {
+                "drafts": [1, 2, 3, 4],
+                "ms": [round(cfg.verify_ms * (1 + 0.12 * i), 4) for i in range(4)],
+            },
+            "drafter_ms": dict(zip(cfg.drafters, cfg.drafter_ms)),
+        },
         # out_lens only when set: the shipped runs/sim manifest predates the field and stays byte-identical
         "sim_config": {k: v for k, v in dataclasses.asdict(cfg).items() if not (k == "out_lens" and v is None)},
     }
 
 
-def write_sim_run(cfg: SimConfig, out_dir: str | Path, gz: bool = True, chunk: int = 20000,
-                  compresslevel: int = 6) -> Path:
+def write_sim_run(
+    cfg: SimConfig, out_dir: str | Path, gz: bool = True, chunk: int = 20000, compresslevel: int = 6
+) -> Path:
     """Write `blocks_sim.jsonl[.gz]` and `manifest.json` into `out_dir`; returns the log's path.
 
     Byte-identical for the same config (gzip header without a timestamp or file name).
@@ -269,14 +302,14 @@ def write_sim_run(cfg: SimConfig, out_dir: str | Path, gz: bool = True, chunk: i
     rng = np.random.default_rng([cfg.seed, 1])
     toks = _draft_tokens(arr, p, t, rng)  # one draw for all rows: chunking must not change the bytes
     path = out_dir / ("blocks_sim.jsonl.gz" if gz else "blocks_sim.jsonl")
-    dump = (lambda o: _fastjson.dumps(o)) if _fastjson else (lambda o: json.dumps(o, separators=(",", ":")).encode())
+    dump = lambda o: json.dumps(o, separators=(",", ":")).encode()  # the same bytes wherever it runs
     gc_on = gc.isenabled()
     gc.disable()  # millions of short-lived dicts and lists: the collector would rescan them for nothing
     try:
         with open(path, "wb") as raw:
             f = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if gz else raw
             for s in range(0, len(p), chunk):
-                recs = _records(cfg, arr, p[s:s + chunk], t[s:s + chunk], toks[s:s + chunk])
+                recs = _records(cfg, arr, p[s : s + chunk], t[s : s + chunk], toks[s : s + chunk])
                 f.write(b"\n".join(map(dump, recs)) + b"\n")
             if gz:
                 f.close()
@@ -293,19 +326,30 @@ def simulate_table(cfg: SimConfig) -> BlockTable:
     arr = _generate(cfg)
     p, t = _kept(cfg, arr)
     dl = arr.draft_len[p, t]
-    conf, ent = arr.conf[p, t], arr.entropy[p, t]
-    feats = np.stack([conf.mean(-1), conf.min(-1), conf[..., 0], ent.mean(-1)], axis=-1)
-    feats[dl == 0] = 0.0  # logs.EMPTY_DRAFT_FEATURES
-    wl = np.repeat(np.arange(len(cfg.workloads)), cfg.n_prompts)
+    conf, ent = arr.conf[p, t], arr.entropy[p, t]  # (R, D, k), the first dl entries of each draft used
     R, D = len(p), len(cfg.drafters)
+    used = np.arange(conf.shape[-1]) < dl[..., None]
+    feats = features(conf[used], ent[used], dl.ravel()).reshape(R, D, len(FEATURES))  # the loaders' own features
+    wl = np.repeat(np.arange(len(cfg.workloads)), cfg.n_prompts)
     return BlockTable(
-        drafters=tuple(cfg.drafters), workloads=tuple(cfg.workloads),
+        drafters=tuple(cfg.drafters),
+        workloads=tuple(cfg.workloads),
         prompt_ids=tuple(f"{w}/{q}" for w, q in _prompt_names(cfg)),
-        workload=wl[p].astype(np.int32), prompt=p.astype(np.int32), pos=t.astype(np.int64),
-        block=arr.block[p, t], accepted=arr.accepted[p, t], draft_len=dl,
-        expected_accepted=np.full((R, D), np.nan), features=feats, ms=arr.ms[p, t],
-        target_ms=arr.target_ms[p, t], label="SIM", manifests=(manifest(cfg),), sources=(),
-        dense=_is_dense(p, t))
+        workload=wl[p].astype(np.int32),
+        prompt=p.astype(np.int32),
+        pos=t.astype(np.int64),
+        block=arr.block[p, t],
+        accepted=arr.accepted[p, t],
+        draft_len=dl,
+        expected_accepted=np.full((R, D), np.nan),
+        features=feats,
+        ms=arr.ms[p, t],
+        target_ms=arr.target_ms[p, t],
+        label="SIM",
+        manifests=(manifest(cfg),),
+        sources=(),
+        dense=is_dense(p, t),
+    )
 
 
 def true_mean_accepted(cfg: SimConfig, n_nodes: int = 96) -> np.ndarray:
@@ -316,13 +360,13 @@ def true_mean_accepted(cfg: SimConfig, n_nodes: int = 96) -> np.ndarray:
     averaged over t (the cap includes the output's end; records weighted as the log holds them,
     per prompt length) and over v by Gauss-Hermite quadrature.
     """
-    q, wq = _accept_nodes(cfg, n_nodes)                                        # (W, D, nodes), (nodes,)
+    q, wq = _accept_nodes(cfg, n_nodes)  # (W, D, nodes), (nodes,)
     k = cfg.k
-    rem = _remaining_counts(cfg)                                               # (W, N + 1): records with n - t = m
-    cap = np.minimum(k, np.arange(rem.shape[1]) - 1).clip(0)                   # (N + 1,)
-    powers = q[..., None] ** np.arange(1, k + 1)                               # (W, D, nodes, k)
+    rem = _remaining_counts(cfg)  # (W, N + 1): records with n - t = m
+    cap = np.minimum(k, np.arange(rem.shape[1]) - 1).clip(0)  # (N + 1,)
+    powers = q[..., None] ** np.arange(1, k + 1)  # (W, D, nodes, k)
     cum = np.concatenate([np.zeros(powers.shape[:-1] + (1,)), np.cumsum(powers, -1)], -1)
-    per_m = cum[..., cap]                                                      # (W, D, nodes, N + 1)
+    per_m = cum[..., cap]  # (W, D, nodes, N + 1)
     per_t = (per_m * rem[:, None, None, :]).sum(-1) / rem.sum(1)[:, None, None]
     return per_t @ wq
 
@@ -338,7 +382,7 @@ def _remaining_counts(cfg: SimConfig) -> np.ndarray:
     """(W, N + 1) records per workload whose output has m = n - t tokens left (m = 1..N), N = out_len."""
     W = len(cfg.workloads)
     n_p = cfg.lengths().reshape(W, cfg.n_prompts)
-    hist = np.stack([np.bincount(row, minlength=cfg.out_len + 1) for row in n_p])    # prompts of length m
+    hist = np.stack([np.bincount(row, minlength=cfg.out_len + 1) for row in n_p])  # prompts of length m
     return np.cumsum(hist[:, ::-1], 1)[:, ::-1] * (np.arange(cfg.out_len + 1) >= 1)  # prompts of length >= m
 
 
@@ -355,19 +399,26 @@ def true_tokens_per_pass(cfg: SimConfig, n_nodes: int = 96) -> np.ndarray:
     q, wq = _accept_nodes(cfg, n_nodes)
     k, N, W = cfg.k, cfg.out_len, len(cfg.workloads)
     g = np.zeros(q.shape + (N + 1,))
-    qj = q[..., None] ** np.arange(k + 1)                                      # (W, D, nodes, k + 1): q^j
+    qj = q[..., None] ** np.arange(k + 1)  # (W, D, nodes, k + 1): q^j
     for m in range(1, N + 1):
         cap = min(k, m - 1)
-        pj = qj[..., :cap + 1].copy()
-        pj[..., :cap] *= 1 - q[..., None]                                      # P(a = j), j = 0..cap
+        pj = qj[..., : cap + 1].copy()
+        pj[..., :cap] *= 1 - q[..., None]  # P(a = j), j = 0..cap
         g[..., m] = 1 + (pj * g[..., m - 1 - np.arange(cap + 1)]).sum(-1)
     n_p = cfg.lengths().reshape(W, cfg.n_prompts)
-    passes = np.stack([g[w][..., n_p[w]].sum(-1) for w in range(W)]) @ wq      # (W, D) expected passes
+    passes = np.stack([g[w][..., n_p[w]].sum(-1) for w in range(W)]) @ wq  # (W, D) expected passes
     return n_p.sum(1)[:, None] / passes
 
 
-def cli(out: Path = Path("runs/sim"), seed: int = 0, n_prompts: int = 24, out_len: int = 96,
-        sparse: bool = False, flips: bool = False, plain: bool = False) -> None:
+def cli(
+    out: Path = Path("runs/sim"),
+    seed: int = 0,
+    n_prompts: int = 24,
+    out_len: int = 96,
+    sparse: bool = False,
+    flips: bool = False,
+    plain: bool = False,
+) -> None:
     """Write a simulated [SIM] campaign (dense by default) and its manifest; print its mean accepted table.
 
     The defaults regenerate the shipped runs/sim/ byte-identically.
@@ -387,4 +438,5 @@ def cli(out: Path = Path("runs/sim"), seed: int = 0, n_prompts: int = 24, out_le
 
 if __name__ == "__main__":
     import typer
+
     typer.run(cli)

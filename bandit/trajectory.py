@@ -15,23 +15,28 @@ block set B before any statistic:
 Everything here is vectorised over prompts; `python bandit/trajectory.py [PATHS]` prints each
 fixed drafter's tokens per pass and which drafter is the primary.
 """
+
 from __future__ import annotations
 
 if __package__ in (None, ""):  # run as `python bandit/trajectory.py`: import our `bandit`, not a namesake
     import pathlib, sys
+
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
+import sys
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bandit.logs import BlockTable
+from bandit.table import BlockTable
 
 
 def require_dense(t: BlockTable) -> None:
     if not t.dense:
-        raise ValueError("trajectory replay needs a dense log (a record at every position 0..n-1 of every "
-                         "prompt); this one is sparse")
+        raise ValueError(
+            "trajectory replay needs a dense log (a record at every position 0..n-1 of every "
+            "prompt); this one is sparse"
+        )
 
 
 def prompt_rows(t: BlockTable) -> tuple[np.ndarray, np.ndarray]:
@@ -47,11 +52,19 @@ def output_lengths(t: BlockTable) -> np.ndarray:
     return prompt_rows(t)[1].astype(np.int64)
 
 
+def remaining(t: BlockTable) -> np.ndarray | None:
+    """(R,) tokens left in the output from each record on (n - pos) on a dense log; None on a sparse one."""
+    return output_lengths(t)[t.prompt] - t.pos if t.dense else None
+
+
 def fixed_starts(t: BlockTable) -> np.ndarray:
     """(R, D) bool: row r is a block start of always-drafter-d's trajectory (dense logs)."""
     require_dense(t)
-    return np.stack([walk(t, lambda r, d=d: t.accepted[r, d])[0] for d in range(len(t.drafters))], 1) \
-        if t.drafters else np.zeros((t.n_records, 0), bool)
+    return (
+        np.stack([walk(t, lambda r, d=d: t.accepted[r, d])[0] for d in range(len(t.drafters))], 1)
+        if t.drafters
+        else np.zeros((t.n_records, 0), bool)
+    )
 
 
 def fixed_passes(t: BlockTable, starts: np.ndarray | None = None) -> np.ndarray:
@@ -70,7 +83,7 @@ def primary_index(passes: np.ndarray) -> np.ndarray:
 def primary(t: BlockTable, starts: np.ndarray | None = None) -> int:
     """Index of the primary: dense logs, most tokens per target pass along its own trajectory;
     sparse logs, the highest mean accepted over the logged block starts (tokens per pass there)."""
-    if t.dense:   # `starts`: fixed_starts(t), when the caller has it already
+    if t.dense:  # `starts`: fixed_starts(t), when the caller has it already
         return int(primary_index(fixed_passes(t, starts).sum(0)))
     b = t.is_block_start
     return int(np.argmax(t.accepted[b].astype(float).mean(0)))
@@ -114,16 +127,22 @@ def describe(t: BlockTable) -> str:
     if not t.dense:
         b = t.blocks()
         p = primary(t)
-        return (f"[{t.label}] sparse log: block set = the logged trajectory's {b.n_records} block starts; "
-                f"primary (highest mean accepted there) {t.drafters[p]}")
+        return (
+            f"[{t.label}] sparse log: block set = the logged trajectory's {b.n_records} block starts; "
+            f"primary (highest mean accepted there) {t.drafters[p]}"
+        )
     s = fixed_starts(t)
     passes = fixed_passes(t, s).sum(0)
     tokens = int(output_lengths(t).sum())
     p = int(primary_index(passes))
-    lines = [f"[{t.label}] dense log: {tokens} output tokens in {t.n_prompts} prompts; "
-             "tokens per target pass along each fixed drafter's own trajectory:"]
+    lines = [
+        f"[{t.label}] dense log: {tokens} output tokens in {t.n_prompts} prompts; "
+        "tokens per target pass along each fixed drafter's own trajectory:"
+    ]
     for d, name in enumerate(t.drafters):
-        lines.append(f"  {name:10s} {tokens / passes[d]:7.3f}  ({int(passes[d])} passes){'  <- primary' if d == p else ''}")
+        lines.append(
+            f"  {name:10s} {tokens / passes[d]:7.3f}  ({int(passes[d])} passes){'  <- primary' if d == p else ''}"
+        )
     lines.append(f"block set B = the primary's {int(passes[p])} trajectory starts (not all {t.n_records} positions)")
     return "\n".join(lines)
 
@@ -131,13 +150,14 @@ def describe(t: BlockTable) -> str:
 @dataclass(frozen=True)
 class TrajectoryResult:
     """Trajectory replay on a dense log: tokens and target passes per prompt (P prompts)."""
+
     policy: str
     label: str
-    tokens: np.ndarray    # (P,) int: output tokens produced (the output's length)
-    passes: np.ndarray    # (P,) int: target passes (blocks) used
+    tokens: np.ndarray  # (P,) int: output tokens produced (the output's length)
+    passes: np.ndarray  # (P,) int: target passes (blocks) used
     workload: np.ndarray  # (P,) int
-    chosen: np.ndarray    # (B,) int: drafter per block, prompt by prompt ([] for the vectorised oracle)
-    cluster: np.ndarray   # (B,) int: prompt of each block
+    chosen: np.ndarray  # (B,) int: drafter per block, prompt by prompt ([] for the vectorised oracle)
+    cluster: np.ndarray  # (B,) int: prompt of each block
 
     @property
     def tokens_per_pass(self) -> float:
@@ -163,9 +183,15 @@ def walk(t: BlockTable, accepted_at) -> tuple[np.ndarray, np.ndarray]:
 
 def _result(t: BlockTable, policy: str, passes: np.ndarray) -> TrajectoryResult:
     starts, lengths = prompt_rows(t)
-    return TrajectoryResult(policy=policy, label=t.label, tokens=lengths.astype(np.int64), passes=passes,
-                            workload=t.workload[starts].astype(np.int64),
-                            chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
+    return TrajectoryResult(
+        policy=policy,
+        label=t.label,
+        tokens=lengths.astype(np.int64),
+        passes=passes,
+        workload=t.workload[starts].astype(np.int64),
+        chosen=np.zeros(0, np.int64),
+        cluster=np.zeros(0, np.int64),
+    )
 
 
 def fixed_trajectory(t: BlockTable, d: int) -> TrajectoryResult:
@@ -192,23 +218,30 @@ def trajectory_oracle(t: BlockTable) -> TrajectoryResult:
     P, N = t.n_prompts, int(lengths.max())
     pr = np.arange(P)
     reach = int(t.accepted.max(initial=0)) + 1
-    f = np.zeros((P, N + 1), np.int64)           # f[:, N] = 0: past every output's end
+    f = np.zeros((P, N + 1), np.int64)  # f[:, N] = 0: past every output's end
     for pos in range(N - 1, -1, -1):
         live = pr[pos < lengths]
-        far = t.accepted[starts[live] + pos].max(1).astype(np.int64) + 1        # (live,) longest block
+        far = t.accepted[starts[live] + pos].max(1).astype(np.int64) + 1  # (live,) longest block
         best = np.full(live.size, np.iinfo(np.int64).max)
         for o in range(1, reach + 1):
             ok = o <= far
             best = np.where(ok, np.minimum(best, f[live, min(pos + o, N)]), best)
         f[live, pos] = 1 + best
     # a position past a prompt's end holds f = 0 only if nothing wrote it: positions >= n stay 0
-    return TrajectoryResult(policy="oracle", label=t.label, tokens=lengths.astype(np.int64), passes=f[:, 0],
-                            workload=t.workload[starts].astype(np.int64),
-                            chosen=np.zeros(0, np.int64), cluster=np.zeros(0, np.int64))
+    return TrajectoryResult(
+        policy="oracle",
+        label=t.label,
+        tokens=lengths.astype(np.int64),
+        passes=f[:, 0],
+        workload=t.workload[starts].astype(np.int64),
+        chosen=np.zeros(0, np.int64),
+        cluster=np.zeros(0, np.int64),
+    )
 
 
 if __name__ == "__main__":
     from bandit.logs import default_inputs, load_logs
+
     args = sys.argv[1:]
     files, said = (args, f"logs {' '.join(args)}") if args else default_inputs()
     print(said)

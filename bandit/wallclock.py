@@ -17,15 +17,16 @@ tokens / wall time of the live decodes. Both are ratios of sums over the sampled
 percentile bootstrap intervals over prompt clusters resampled within workloads (the prediction's
 interval holds the coefficients fixed). `<run dir>/wallclock.json` holds one entry per configuration.
 """
+
 from __future__ import annotations
 
 if __package__ in (None, ""):  # run as `python bandit/wallclock.py`: import our `bandit`, not a namesake
     import pathlib, sys
+
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -34,129 +35,12 @@ import numpy as np
 import typer
 
 from bandit import resample, trajectory
-from bandit.logs import BlockTable, LogError, default_inputs, load_logs
+from bandit.livelog import LIVE_FILE, TERMS, decodes, read_live
+from bandit.logs import LogError, default_inputs, load_logs, output_path
+from bandit.schema import code_version
+from bandit.table import BlockTable
 
-LIVE_FILE = "live.jsonl"
 FOLDS = 5
-TERMS = ("prefill", "prompt_token", "pass", "verified_token")  # then one call-time term per drafter
-
-
-@dataclass(frozen=True)
-class Decode:
-    """One live decode (a line of live.jsonl) beside what the dense log says of the same one."""
-    config: str
-    cluster: int                 # index into BlockTable.prompt_ids
-    workload: int
-    tokens: int                  # live output tokens
-    dense_tokens: int            # the dense log's output tokens for the prompt (the prediction's numerator)
-    wall_ms: float
-    x_live: np.ndarray           # (len(TERMS) + D,) design row from the live decode
-    x_dense: np.ndarray          # (len(TERMS) + D,) design row from the dense log's trajectory
-    draft_ms: np.ndarray         # (D,) measured time in each drafter's calls, summed over the decode
-    same_as_dense: bool
-
-
-def read_live(run: Path) -> list[dict]:
-    path = Path(run) / LIVE_FILE
-    if not path.is_file():
-        raise LogError(path, 0, "live.jsonl", "no live phase in this run (sweep.py --live-prompts N writes it)")
-    out = []
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = path.read_bytes()[: e.start].count(b"\n") + 1
-        raise LogError(path, line, "line", "not UTF-8 text") from None
-    for i, raw in enumerate(text.splitlines(), 1):
-        try:
-            rec = json.loads(raw)
-        except ValueError as e:
-            raise LogError(path, i, "line", f"not JSON ({e})") from None
-        if not isinstance(rec, dict):
-            raise LogError(path, i, "line", "not a JSON object")
-        for f in ("config", "workload", "prompt_id", "prompt_len", "tokens", "passes", "verified", "calls",
-                  "wall_ms", "draft_ms"):
-            if f not in rec:
-                raise LogError(path, i, f, "missing field")
-        for f in ("config", "workload", "prompt_id"):
-            if not isinstance(rec[f], str) or not rec[f]:
-                raise LogError(path, i, f, f"{rec[f]!r} is not a name")
-        for f in ("prompt_len", "tokens", "passes", "verified"):
-            if not _count(rec[f]):
-                raise LogError(path, i, f, f"{rec[f]!r} is not a count")
-        w = rec["wall_ms"]
-        if not (isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0):
-            raise LogError(path, i, "wall_ms", f"{w!r} is not a positive number")
-        if not isinstance(rec["calls"], dict) or not all(_count(v) for v in rec["calls"].values()):
-            raise LogError(path, i, "calls", f"{rec['calls']!r} is not an object of call counts")
-        dm = rec["draft_ms"]
-        if not isinstance(dm, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                               and math.isfinite(v) and v >= 0 for v in dm.values()):
-            raise LogError(path, i, "draft_ms", f"{dm!r} is not an object of times in ms (finite, >= 0)")
-        rec["_line"] = i
-        out.append(rec)
-    if not out:
-        raise LogError(path, 0, "live.jsonl", "empty")
-    seen: dict[tuple[str, str], set[str]] = {}
-    for i, rec in enumerate(out, 1):
-        key = (rec["workload"], rec["prompt_id"])
-        if rec["config"] in seen.setdefault(key, set()):
-            raise LogError(path, i, "config", f"{rec['config']} on {key[0]}/{key[1]} a second time")
-        seen[key].add(rec["config"])
-    configs = set().union(*seen.values())
-    for key, got in seen.items():
-        if got != configs:
-            raise LogError(path, 0, "config", f"{key[0]}/{key[1]} lacks {sorted(configs - got)}: every prompt of the "
-                           "live phase needs every configuration (an unfinished live phase: resume the sweep)")
-    return out
-
-
-def _count(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
-
-
-def _trajectory_counts(t: BlockTable, config: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(passes (P,), verified tokens (P,), calls (P, D)) of `config` walked on the dense log."""
-    D = len(t.drafters)
-    if config == "best_of_n":
-        starts, passes = trajectory.walk(t, lambda r: t.accepted[r].max(1))
-        used = np.ones(D, bool)
-    elif config.startswith("fixed:") and config[6:] in t.drafters:
-        d = t.drafters.index(config[6:])
-        starts, passes = trajectory.walk(t, lambda r: t.accepted[r, d])
-        used = np.arange(D) == d
-    else:
-        raise LogError(LIVE_FILE, 0, "config", f"{config!r} names none of this log's drafters {list(t.drafters)}")
-    verified = np.bincount(t.prompt[starts], 1 + t.draft_len[starts][:, used].sum(1), minlength=t.n_prompts)
-    return passes, verified.astype(np.int64), passes[:, None] * used[None, :]
-
-
-def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> list[Decode]:
-    trajectory.require_dense(t)
-    index = {name: i for i, name in enumerate(t.prompt_ids)}
-    counts = {}
-    for r in live:
-        if r["config"] not in counts:
-            try:
-                counts[r["config"]] = _trajectory_counts(t, r["config"])
-            except LogError as e:
-                raise LogError(path, r.get("_line", 0), "config", e.problem) from None
-    wl_of = np.zeros(t.n_prompts, np.int64)
-    wl_of[t.prompt] = t.workload
-    lengths = trajectory.output_lengths(t)
-    out = []
-    for r in live:
-        key = f"{r['workload']}/{r['prompt_id']}"
-        if key not in index:
-            raise LogError(path, r.get("_line", 0), "prompt_id", f"prompt {key} is not in the dense log")
-        p = index[key]
-        passes, verified, calls = counts[r["config"]]
-        x_live = np.r_[1.0, r["prompt_len"], r["passes"], r["verified"],
-                       [r["calls"].get(d, 0) for d in t.drafters]].astype(float)
-        x_dense = np.r_[1.0, r["prompt_len"], passes[p], verified[p], calls[p]].astype(float)
-        dms = np.array([float(r.get("draft_ms", {}).get(d, 0.0)) for d in t.drafters])
-        out.append(Decode(r["config"], p, int(wl_of[p]), int(r["tokens"]), int(lengths[p]), float(r["wall_ms"]),
-                          x_live, x_dense, dms, bool(r.get("same_as_dense", True))))
-    return out
 
 
 def fold_of(name: str) -> int:
@@ -169,6 +53,7 @@ def fit(X: np.ndarray, y: np.ndarray, M: np.ndarray) -> np.ndarray:
     no fit, and a fit could not separate it from the per-pass term: in a fixed configuration both scale
     with the passes); the other terms by non-negative least squares on what the drafters leave over."""
     from scipy.optimize import nnls
+
     T = len(TERMS)
     calls = X[:, T:].sum(0)
     per_call = np.divide(M.sum(0), calls, out=np.zeros_like(calls), where=calls > 0)
@@ -179,36 +64,57 @@ def fit(X: np.ndarray, y: np.ndarray, M: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class WallclockResult:
     """Predicted against measured tokens/s per live configuration, and the fitted model."""
+
     run: str
     label: str
     drafters: tuple[str, ...]
-    coef: dict[str, float]             # the model fitted on every live decode (ms per unit)
-    entries: list[dict]                # <run dir>/wallclock.json's entries
+    coef: dict[str, float]  # the model fitted on every live decode (ms per unit)
+    entries: list[dict]  # <run dir>/wallclock.json's entries
     n_prompts: int
-    same_as_dense: tuple[int, int]     # live decodes whose output equals the dense one, of all
-    passes_agree: tuple[int, int]      # live decodes whose passes, verified tokens and calls equal the dense walk's
+    same_as_dense: tuple[int, int]  # live decodes whose output equals the dense one, of all
+    passes_agree: tuple[int, int]  # live decodes whose passes, verified tokens and calls equal the dense walk's
     ci_how: str
     inputs: list[dict]
 
     def to_json(self, code_version: str) -> dict:
-        return {"what": "predicted (dense log + timing model) against measured (live phase) tokens/s",
-                "run": self.run, "inputs": self.inputs, "code_version": code_version,
-                "model": {"coef_ms": self.coef, "fit": "call:<drafter> = measured mean per call; the rest NNLS on "
-                          f"every live decode; predictions {FOLDS}-fold cross-fitted over prompts",
-                          "definition": "docs/DESIGN.md, Wall clock"},
-                "ci": self.ci_how, "same_as_dense": list(self.same_as_dense),
-                "passes_agree": list(self.passes_agree), "entries": self.entries}
+        return {
+            "what": "predicted (dense log + timing model) against measured (live phase) tokens/s",
+            "run": self.run,
+            "inputs": self.inputs,
+            "code_version": code_version,
+            "model": {
+                "coef_ms": self.coef,
+                "fit": "call:<drafter> = measured mean per call; the rest NNLS on "
+                f"every live decode; predictions {FOLDS}-fold cross-fitted over prompts",
+                "definition": "docs/DESIGN.md, Wall clock",
+            },
+            "ci": self.ci_how,
+            "same_as_dense": list(self.same_as_dense),
+            "passes_agree": list(self.passes_agree),
+            "entries": self.entries,
+        }
 
 
-def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 2000, seed: int = 0,
-             live_path: Path | str = LIVE_FILE) -> WallclockResult:
+def evaluate(
+    t: BlockTable,
+    live: list[dict],
+    run: str = "",
+    n_resamples: int = 2000,
+    seed: int = 0,
+    live_path: Path | str = LIVE_FILE,
+) -> WallclockResult:
     dec = decodes(t, live, live_path)
     per_wl = np.bincount([d.workload for d in dec if d.config == dec[0].config], minlength=len(t.workloads))
     thin = [t.workloads[w] for w in range(len(t.workloads)) if 0 < per_wl[w] < 2]
     if thin:  # one prompt: no interval within its workload, and nothing to fit its prediction on
-        raise LogError(live_path, 0, "prompts", f"the live phase has one prompt in {', '.join(thin)}; the timing "
-                       "model is fitted on other prompts and the intervals resample prompts within workloads: "
-                       "it needs at least 2 per workload (sweep.py --live-prompts N)")
+        raise LogError(
+            live_path,
+            0,
+            "prompts",
+            f"the live phase has one prompt in {', '.join(thin)}; the timing "
+            "model is fitted on other prompts and the intervals resample prompts within workloads: "
+            "it needs at least 2 per workload (sweep.py --live-prompts N)",
+        )
     names = list(TERMS) + [f"call:{d}" for d in t.drafters]
     X = np.array([d.x_live for d in dec])
     y = np.array([d.wall_ms for d in dec])
@@ -226,6 +132,7 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
             if test.any():
                 pred[test] = Xd[test] @ fit(X[train], y[train], M[train]) if train.any() else np.nan
         return pred
+
     pred = crossfit()
     configs = list(dict.fromkeys(d.config for d in dec))
     # every configuration predicted again by a fit that never saw one of its decodes: its drafters' call
@@ -246,6 +153,7 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
             if d.config == c:
                 S[col[d.cluster]] += (d.tokens, d.wall_ms, d.dense_tokens, p[i])
         return S, draws @ S
+
     sums = {c: cluster_sums(c, pred) for c in configs}
 
     def iv(v):
@@ -257,76 +165,119 @@ def evaluate(t: BlockTable, live: list[dict], run: str = "", n_resamples: int = 
     def rates(c, sc=None):  # (measured, predicted) tokens/s: point and resamples
         S, B = sc if sc is not None else sums[c]
         with np.errstate(divide="ignore", invalid="ignore"):
-            return ((1000 * S[:, 0].sum() / S[:, 1].sum(), 1000 * B[:, 0] / B[:, 1]),
-                    (1000 * S[:, 2].sum() / S[:, 3].sum(), 1000 * B[:, 2] / B[:, 3]))
+            return (
+                (1000 * S[:, 0].sum() / S[:, 1].sum(), 1000 * B[:, 0] / B[:, 1]),
+                (1000 * S[:, 2].sum() / S[:, 3].sum(), 1000 * B[:, 2] / B[:, 3]),
+            )
+
     primary = f"fixed:{t.drafters[trajectory.primary(t)]}"
     entries = []
     for c in configs:
         (meas, bm), (prd, bp) = rates(c)
-        e = {"config": c, "predicted_tokens_per_s": round(prd, 4), "predicted_ci": iv(bp),
-             "measured_tokens_per_s": round(meas, 4), "measured_ci": iv(bm),
-             "measured_over_predicted": round(meas / prd, 4), "ratio_ci": iv(bm / bp),
-             "n_prompts": int(sum(d.config == c for d in dec)), "label": "MEASURED", "predicted_label": "MODEL"}
+        e = {
+            "config": c,
+            "predicted_tokens_per_s": round(prd, 4),
+            "predicted_ci": iv(bp),
+            "measured_tokens_per_s": round(meas, 4),
+            "measured_ci": iv(bm),
+            "measured_over_predicted": round(meas / prd, 4),
+            "ratio_ci": iv(bm / bp),
+            "n_prompts": int(sum(d.config == c for d in dec)),
+            "label": "MEASURED",
+            "predicted_label": "MODEL",
+        }
         if primary in sums and c != primary:  # the same resamples for both: a paired interval
             (pm, pbm), (pp, pbp) = rates(primary)
-            e["speedup_over_primary"] = {"primary": primary, "measured": round(meas / pm, 4),
-                                         "measured_ci": iv(bm / pbm), "predicted": round(prd / pp, 4),
-                                         "predicted_ci": iv(bp / pbp)}
+            e["speedup_over_primary"] = {
+                "primary": primary,
+                "measured": round(meas / pm, 4),
+                "measured_ci": iv(bm / pbm),
+                "predicted": round(prd / pp, 4),
+                "predicted_ci": iv(bp / pbp),
+            }
         if c in held and np.isfinite(held[c]).all():  # a fold with no other configuration to fit on: none
             _, (hp, hbp) = rates(c, cluster_sums(c, held[c]))
-            e["held_out_configuration"] = {"what": "predicted by a fit without any decode of this configuration",
-                                           "predicted_tokens_per_s": round(hp, 4), "predicted_ci": iv(hbp),
-                                           "measured_over_predicted": round(meas / hp, 4), "ratio_ci": iv(bm / hbp)}
+            e["held_out_configuration"] = {
+                "what": "predicted by a fit without any decode of this configuration",
+                "predicted_tokens_per_s": round(hp, 4),
+                "predicted_ci": iv(hbp),
+                "measured_over_predicted": round(meas / hp, 4),
+                "ratio_ci": iv(bm / hbp),
+            }
         entries.append(e)
     same = int(sum(d.same_as_dense for d in dec))
     agree = int(sum(np.array_equal(d.x_live, d.x_dense) for d in dec))
-    how = (f"95% percentile bootstrap over prompt clusters resampled within workloads, {n_resamples} resamples, "
-           f"seed {seed}; predicted intervals hold the fitted coefficients fixed, and the primary (chosen on the "
-           "whole dense log) is held fixed too")
-    return WallclockResult(run=run, label=t.label, drafters=t.drafters,
-                           coef={n: round(float(v), 5) for n, v in zip(names, full)}, entries=entries,
-                           n_prompts=len(clusters), same_as_dense=(same, len(dec)), passes_agree=(agree, len(dec)),
-                           ci_how=how, inputs=[{"path": str(s.path), "sha256": s.sha256} for s in t.sources])
+    how = (
+        f"95% percentile bootstrap over prompt clusters resampled within workloads, {n_resamples} resamples, "
+        f"seed {seed}; predicted intervals hold the fitted coefficients fixed, and the primary (chosen on the "
+        "whole dense log) is held fixed too"
+    )
+    return WallclockResult(
+        run=run,
+        label=t.label,
+        drafters=t.drafters,
+        coef={n: round(float(v), 5) for n, v in zip(names, full)},
+        entries=entries,
+        n_prompts=len(clusters),
+        same_as_dense=(same, len(dec)),
+        passes_agree=(agree, len(dec)),
+        ci_how=how,
+        inputs=[{"path": str(s.path), "sha256": s.sha256} for s in t.sources],
+    )
 
 
 def render(r: WallclockResult) -> str:
-    lines = [f"# wall clock: dense-log predictions against the live phase of {r.run}",
-             "inputs: " + ", ".join(f"{i['path']} sha256:{i['sha256'][:12]}" for i in r.inputs) + f" and {LIVE_FILE}",
-             f"live sample: {r.n_prompts} prompts; outputs equal to the dense phase's in {r.same_as_dense[0]} of "
-             f"{r.same_as_dense[1]} decodes; target passes, verified tokens and drafter calls equal to the dense-log "
-             f"walk's in {r.passes_agree[0]} of {r.passes_agree[1]}",
-             "timing model (ms; drafter calls measured, the rest NNLS on every live decode; docs/DESIGN.md, "
-             "Wall clock) [MODEL]: "
-             + ", ".join(f"{k} {v:.4g}" for k, v in r.coef.items()),
-             f"CIs: {r.ci_how}", "",
-             "| configuration | predicted tokens/s [MODEL] | measured tokens/s [MEASURED] | measured / predicted | prompts |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"# wall clock: dense-log predictions against the live phase of {r.run}",
+        "inputs: " + ", ".join(f"{i['path']} sha256:{i['sha256'][:12]}" for i in r.inputs) + f" and {LIVE_FILE}",
+        f"live sample: {r.n_prompts} prompts; outputs equal to the dense phase's in {r.same_as_dense[0]} of "
+        f"{r.same_as_dense[1]} decodes; target passes, verified tokens and drafter calls equal to the dense-log "
+        f"walk's in {r.passes_agree[0]} of {r.passes_agree[1]}",
+        "timing model (ms; drafter calls measured, the rest NNLS on every live decode; docs/DESIGN.md, "
+        "Wall clock) [MODEL]: " + ", ".join(f"{k} {v:.4g}" for k, v in r.coef.items()),
+        f"CIs: {r.ci_how}",
+        "",
+        "| configuration | predicted tokens/s [MODEL] | measured tokens/s [MEASURED] | measured / predicted | prompts |",
+        "|---|---|---|---|---|",
+    ]
     for e in r.entries:
         lo, hi = e["predicted_ci"]
         mlo, mhi = e["measured_ci"]
         rlo, rhi = e["ratio_ci"]
-        lines.append(f"| {e['config']} | {e['predicted_tokens_per_s']:.1f} [{lo:.1f}, {hi:.1f}] | "
-                     f"{e['measured_tokens_per_s']:.1f} [{mlo:.1f}, {mhi:.1f}] | "
-                     f"{e['measured_over_predicted']:.3f} [{rlo:.3f}, {rhi:.3f}] | {e['n_prompts']} |")
+        lines.append(
+            f"| {e['config']} | {e['predicted_tokens_per_s']:.1f} [{lo:.1f}, {hi:.1f}] | "
+            f"{e['measured_tokens_per_s']:.1f} [{mlo:.1f}, {mhi:.1f}] | "
+            f"{e['measured_over_predicted']:.3f} [{rlo:.3f}, {rhi:.3f}] | {e['n_prompts']} |"
+        )
     for e in r.entries:
         h = e.get("held_out_configuration")
         if h and np.isfinite(h["predicted_tokens_per_s"]):
-            lines.append(f"| {e['config']}, fit without its decodes | {h['predicted_tokens_per_s']:.1f} "
-                         f"[{h['predicted_ci'][0]:.1f}, {h['predicted_ci'][1]:.1f}] | "
-                         f"{e['measured_tokens_per_s']:.1f} | {h['measured_over_predicted']:.3f} "
-                         f"[{h['ratio_ci'][0]:.3f}, {h['ratio_ci'][1]:.3f}] | {e['n_prompts']} |")
-    lines += ["", "Rows 'fit without its decodes': the coefficients, the drafters' call times included, come only from "
-              "the other configurations' decodes (of the other prompts): the test of a configuration never timed."]
+            lines.append(
+                f"| {e['config']}, fit without its decodes | {h['predicted_tokens_per_s']:.1f} "
+                f"[{h['predicted_ci'][0]:.1f}, {h['predicted_ci'][1]:.1f}] | "
+                f"{e['measured_tokens_per_s']:.1f} | {h['measured_over_predicted']:.3f} "
+                f"[{h['ratio_ci'][0]:.3f}, {h['ratio_ci'][1]:.3f}] | {e['n_prompts']} |"
+            )
+    lines += [
+        "",
+        "Rows 'fit without its decodes': the coefficients, the drafters' call times included, come only from "
+        "the other configurations' decodes (of the other prompts): the test of a configuration never timed.",
+    ]
     worst = max(r.entries, key=lambda e: abs(e["measured_over_predicted"] - 1))
-    lines += ["", f"largest miss: {worst['config']}, measured / predicted {worst['measured_over_predicted']:.3f} "
-              f"({'within' if abs(worst['measured_over_predicted'] - 1) <= 0.15 else 'outside'} 15%)"]
+    lines += [
+        "",
+        f"largest miss: {worst['config']}, measured / predicted {worst['measured_over_predicted']:.3f} "
+        f"({'within' if abs(worst['measured_over_predicted'] - 1) <= 0.15 else 'outside'} 15%)",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def plot(r: WallclockResult, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(5.5, 5))
     for i, e in enumerate(r.entries):
         x, y = e["predicted_tokens_per_s"], e["measured_tokens_per_s"]
@@ -350,16 +301,26 @@ def plot(r: WallclockResult, path: Path) -> None:
 def run_dir_of(t: BlockTable) -> Path:
     dirs = sorted({Path(s.path).parent for s in t.sources})
     if len(dirs) != 1:
-        raise LogError(dirs[0] if dirs else "", 0, "paths", "wallclock reads one run directory (its live.jsonl "
-                       f"beside its dense log); got {len(dirs)}: " + ", ".join(map(str, dirs)))
+        raise LogError(
+            dirs[0] if dirs else "",
+            0,
+            "paths",
+            "wallclock reads one run directory (its live.jsonl "
+            f"beside its dense log); got {len(dirs)}: " + ", ".join(map(str, dirs)),
+        )
     return dirs[0]
 
 
-def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="a run directory (default: the default campaign)")] = None,
-        out: Annotated[Optional[Path], typer.Option(help="JSON file (default: <run dir>/wallclock.json beside the "
-                                                         "run read)")] = None,
-        resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples")] = 2000,
-        seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0) -> None:
+def cli(
+    paths: Annotated[
+        Optional[list[Path]], typer.Argument(help="a run directory (default: the default campaign)")
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option(help="JSON file (default: <run dir>/wallclock.json beside the run read)")
+    ] = None,
+    resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples")] = 2000,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+) -> None:
     """Predicted (dense log + fitted timing model) against measured (live phase) tokens/s, with 95% CIs.
 
     Reads one run's dense log and its live.jsonl; writes the JSON, this text (.txt) and a plot (predicted vs
@@ -369,7 +330,6 @@ def cli(paths: Annotated[Optional[list[Path]], typer.Argument(help="a run direct
 
 
 def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int = 0) -> str:
-    from bandit.logs import output_path
     said = ""
     if not paths:
         paths, said = default_inputs()
@@ -380,10 +340,9 @@ def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int =
     text = render(r)
     tail = ""
     if out is not None:
-        from bandit.ci import code_version
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(r.to_json(code_version()), indent=2) + "\n")
+        out.write_text(json.dumps(r.to_json(code_version("bandit")), indent=2) + "\n")
         out.with_suffix(".txt").write_text(text)
         plot(r, out.with_suffix(".png"))
         tail = f"wrote {out}, {out.with_suffix('.txt')} and {out.with_suffix('.png')}\n"
@@ -392,4 +351,5 @@ def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int =
 
 if __name__ == "__main__":
     from bandit.errors import run as _run
+
     _run(cli)

@@ -21,6 +21,7 @@ random-init ones built here (target hidden 128 x 4 layers, draft hidden 32 x 1 l
 draft is trained for a few seconds on the target's own greedy outputs so that it is
 accepted often enough for assisted decoding to be worth timing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,12 +35,12 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import lm  # noqa: E402
-from harness.drafters import Drafter, DrafterEnv, build_drafters, parse_spec  # noqa: E402
-from harness.engine import Engine, RunConfig  # noqa: E402
-from harness.heads import EagleHead  # noqa: E402
-from harness.target import Target  # noqa: E402
-from harness.tiny import PROMPTS, make_model, make_tokenizer, save_model  # noqa: E402
+from harness import lm
+from harness.drafters import Drafter, DrafterEnv, build_drafters, parse_spec
+from harness.engine import Engine, RunConfig
+from harness.heads import EagleHead
+from harness.target import Target
+from harness.tiny import PROMPTS, make_model, make_tokenizer, save_model
 
 
 def _distil(target, draft, prompts, steps: int = 150, seed: int = 0):
@@ -51,7 +52,9 @@ def _distil(target, draft, prompts, steps: int = 150, seed: int = 0):
     for i in range(steps):
         ids = texts[i % len(texts)][None]
         loss = draft(ids, labels=ids).loss
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     draft.eval()
 
 
@@ -130,6 +133,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     import transformers
+
     transformers.logging.set_verbosity_error()  # generate()'s deprecation chatter is not a result
     root = Path(tempfile.mkdtemp(prefix="bench_harness_"))
     t_dir, d_dir, e_dir, prompts = build_models(root, a.zoo)
@@ -152,7 +156,7 @@ def main(argv=None):
         return [eng.run_prompt("b", str(i), p).output for i, p in enumerate(prompts)]
 
     def hf(**kw):
-        return [model.generate(torch.tensor([p]), **gen_kw, **kw)[0, len(p):].tolist() for p in prompts]
+        return [model.generate(torch.tensor([p]), **gen_kw, **kw)[0, len(p) :].tolist() for p in prompts]
 
     draft.generation_config.num_assistant_tokens = k
     draft.generation_config.num_assistant_tokens_schedule = "constant"
@@ -160,8 +164,10 @@ def main(argv=None):
     ref, t_plain = timed(lambda: hf(), a.reps)
     n_tok = sum(len(r) for r in ref)
     rows = []
-    for label, name, kw in [("draft model", "draft", {"assistant_model": draft}),
-                            ("prompt lookup", "ngram", {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": 2})]:
+    for label, name, kw in [
+        ("draft model", "draft", {"assistant_model": draft}),
+        ("prompt lookup", "ngram", {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": 2}),
+    ]:
         (out_o, t_o), (out_h, t_h) = timed_pair(lambda: ours(name), lambda: hf(**kw), a.reps)
         tps_o, tps_h = sum(map(len, out_o)) / t_o, sum(map(len, out_h)) / t_h  # each side's own tokens
         same, cell = ratio_cell(tps_o, tps_h, (out_o, out_h, "outputs"))
@@ -175,7 +181,7 @@ def main(argv=None):
         eng = Engine(tgt, drafters, RunConfig("dense", k, N, generator=generator))
         if naive:
             for d in drafters.values():  # the base class's dense: draft() at every position
-                d.dense = (lambda dd: (lambda seq, done: Drafter.dense(dd, seq, done)))(d)
+                d.dense = (lambda dd: lambda seq, done: Drafter.dense(dd, seq, done))(d)
         try:
             return [eng.run_prompt("b", str(i), p) for i, p in enumerate(prompts)]
         finally:
@@ -189,25 +195,47 @@ def main(argv=None):
     res_gen, t_gen = timed(lambda: dense(False, "ngram"), a.reps, fresh_suffix)
     res_naive, t_naive = timed(lambda: dense(True), max(1, a.reps - 2), fresh_suffix)
     y_fast, y_gen, y_naive = ([r.output for r in res] for res in (res_fast, res_gen, res_naive))
-    pairs = [(a["drafts"][n], b["drafts"][n]) for rf, rn in zip(res_fast, res_naive)
-             for a, b in zip(rf.records, rn.records) for n in a["drafts"]]
+    pairs = [
+        (a["drafts"][n], b["drafts"][n])
+        for rf, rn in zip(res_fast, res_naive)
+        for a, b in zip(rf.records, rn.records)
+        for n in a["drafts"]
+    ]
     conf_diff = max((abs(u - v) for x, y in pairs for f in ("conf", "entropy") for u, v in zip(x[f], y[f])), default=0)
     n_blocks = sum(len(r.records) for r in res_fast)
     # Dense vs plain generate(): the same y. Naive vs batched: the same y and the same drafts.
-    naive_vs = lambda res, y: ((y_naive, y, "outputs"), (drafts_of(res_naive), drafts_of(res), "drafts"))  # noqa: E731
+    naive_vs = lambda res, y: ((y_naive, y, "outputs"), (drafts_of(res_naive), drafts_of(res), "drafts"))
     dense_rows = [
-        ("  ours (teacher-forced)", t_fast, ratio_cell(t_fast, t_plain, (y_fast, ref, "outputs")),
-         "vs plain generate (target <= 3x)"),
-        ("  ours, y by ngram spec.", t_gen, ratio_cell(t_gen, t_plain, (y_gen, ref, "outputs")),
-         "vs plain generate (sweep --generator ngram)"),
-        ("  naive k steps/position", t_naive, ratio_cell(t_naive, t_fast, *naive_vs(res_fast, y_fast)),
-         "slower than ours (target >= 5x)"),
-        ("  naive vs y by ngram spec.", t_naive, ratio_cell(t_naive, t_gen, *naive_vs(res_gen, y_gen)),
-         "slower than ours with --generator ngram (target >= 5x)"),
+        (
+            "  ours (teacher-forced)",
+            t_fast,
+            ratio_cell(t_fast, t_plain, (y_fast, ref, "outputs")),
+            "vs plain generate (target <= 3x)",
+        ),
+        (
+            "  ours, y by ngram spec.",
+            t_gen,
+            ratio_cell(t_gen, t_plain, (y_gen, ref, "outputs")),
+            "vs plain generate (sweep --generator ngram)",
+        ),
+        (
+            "  naive k steps/position",
+            t_naive,
+            ratio_cell(t_naive, t_fast, *naive_vs(res_fast, y_fast)),
+            "slower than ours (target >= 5x)",
+        ),
+        (
+            "  naive vs y by ngram spec.",
+            t_naive,
+            ratio_cell(t_naive, t_gen, *naive_vs(res_gen, y_gen)),
+            "slower than ours with --generator ngram (target >= 5x)",
+        ),
     ]
 
-    print(f"\nbench_harness: {len(prompts)} prompts, <= {N} new tokens each (stop at EOS), k={k}, torch threads 1, "
-          f"models: {'zoo' if a.zoo else 'tiny random (target 128x4, draft 32x1 distilled)'}")
+    print(
+        f"\nbench_harness: {len(prompts)} prompts, <= {N} new tokens each (stop at EOS), k={k}, torch threads 1, "
+        f"models: {'zoo' if a.zoo else 'tiny random (target 128x4, draft 32x1 distilled)'}"
+    )
     print(f"{'live, tokens/s':<28}{'ours':>10}{'transformers':>14}  {'identical output':<18}ratio")
     for label, o, h, same, cell, note in rows:
         print(f"{label:<28}{o:>10.1f}{h:>14.1f}  {same!s:<18}{cell} {note}".rstrip())

@@ -12,6 +12,7 @@ too, on its own line. Each side is timed --repeat times, alternating, and its be
 
     python bench/bench_logistic.py [--resamples 200] [--rows 15000] [--repeat 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,8 @@ TARGET = 10.0
 def synthetic(rows: int, resamples: int, clusters: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """X (rows, 4), y (rows,) 0/1, S (resamples, rows) bootstrap counts of each row's cluster."""
     rng = np.random.default_rng(seed)
-    conf = rng.beta(5, 2, size=(rows, 3))                 # conf_mean, conf_min, conf_first
-    ent = 7 * rng.beta(2, 5, size=rows)                    # ent_mean
+    conf = rng.beta(5, 2, size=(rows, 3))  # conf_mean, conf_min, conf_first
+    ent = 7 * rng.beta(2, 5, size=rows)  # ent_mean
     X = np.c_[conf, ent]
     y = (rng.random(rows) < expit(1.2 * conf[:, 0] - 0.8 * conf[:, 1] + 0.15 * ent - 0.9)).astype(int)
     cluster = np.sort(rng.integers(0, clusters, rows))
@@ -65,7 +66,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     X, y, S = synthetic(args.rows, args.resamples, args.clusters, args.seed)
-    fit_batched(X[:500], y[:500], S[:2, :500])             # warm-up: BLAS threads, first-touch pages
+    fit_batched(X[:500], y[:500], S[:2, :500])  # warm-up: BLAS threads, first-touch pages
     tb, ts = [], []
     for _ in range(args.repeat):
         t = time.perf_counter()
@@ -87,13 +88,19 @@ def main() -> None:
     few = slice(0, min(5, len(S)))
     c12, i12 = sklearn_loop(X, y, S[few], tol=1e-12)
     tight = max(np.abs(fit.coef[few] - c12).max(), np.abs(fit.intercept[few] - i12).max())
-    print(f"data: {args.rows} rows x 4 features, {args.clusters} clusters, {args.resamples} resamples, "
-          f"{y.mean():.2f} positive; best of {args.repeat}")
-    print(f"batched {b:.3f} s ({fit.n_iter} Newton steps, {int(fit.converged.sum())}/{len(S)} converged), "
-          f"sklearn loop {s:.2f} s, ratio {s / b:.1f}x (target >= {TARGET:.0f}x)")
+    print(
+        f"data: {args.rows} rows x 4 features, {args.clusters} clusters, {args.resamples} resamples, "
+        f"{y.mean():.2f} positive; best of {args.repeat}"
+    )
+    print(
+        f"batched {b:.3f} s ({fit.n_iter} Newton steps, {int(fit.converged.sum())}/{len(S)} converged), "
+        f"sklearn loop {s:.2f} s, ratio {s / b:.1f}x (target >= {TARGET:.0f}x)"
+    )
     print(f"column-major S (counts[:, cluster]): batched {min(tf):.3f} s, one copy included")
-    print(f"max |coef diff| {dcoef:.1e}, max |intercept diff| {dicpt:.1e} vs scikit-learn at its default tol=1e-4; "
-          f"{tight:.1e} vs tol=1e-12 on {few.stop} resamples")
+    print(
+        f"max |coef diff| {dcoef:.1e}, max |intercept diff| {dicpt:.1e} vs scikit-learn at its default tol=1e-4; "
+        f"{tight:.1e} vs tol=1e-12 on {few.stop} resamples"
+    )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Speed of the policy replay, measured side by side in one run.
 
 1. Every policy of bandit/policies.py replayed on ~100k simulated blocks in per-block mode
-   through core.run_policy, plus the hindsight baselines; target: all together <= 30 s.
+   through evaluate.run_policy, plus the hindsight baselines; target: all together <= 30 s.
 2. The replay loop's own share: `Random` (a policy that does almost nothing) replayed again,
    as a fraction of the total, so the loop's per-block cost is visible next to the learners'.
-3. The bootstraps of `core.evaluate` (every statistic of every row on one set of resamples),
+3. The bootstraps of `evaluate.evaluate` (every statistic of every row on one set of resamples),
    timed apart from the replays.
 
 Each policy's tokens per target pass is printed beside its time ([SIM], point values: a
@@ -12,6 +12,7 @@ speed benchmark, not a result; the sparse campaign's tokens are accepted + 1).
 
     python bench/bench_policies.py [--prompts 1000] [--out-len 100]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from bandit import core
+from bandit import evaluate, walk  # moved by the layering
 from bandit.policies import Random, make_policies
 from bandit.simulate import SimConfig, simulate_table
 
@@ -39,34 +40,43 @@ def main() -> None:
     n = int(t.is_block_start.sum())
     print(f"[SIM] {t.summary()}")
     order = np.random.default_rng(0).permutation(t.n_prompts)
-    timing = core.run_timing(t)
+    timing = walk.run_timing(t)
     # wall and CPU time side by side: on a shared machine the wall clock also measures the neighbours
     total, cpu_total = 0.0, 0.0
     t0, c0 = time.perf_counter(), time.process_time()
-    core.hindsight_traces(t, "block")
+    evaluate.hindsight_traces(t, "block")
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
     total, cpu_total = total + dt, cpu_total + dc
     print(f"{'hindsight baselines':20s}{dt:8.2f} s wall {dc:8.2f} s cpu")
     for pol in make_policies(0):
         t0, c0 = time.perf_counter(), time.process_time()
-        tr = core.run_policy(t, pol, "block", order, timing)
+        tr = evaluate.run_policy(t, pol, "block", order, timing)
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         total, cpu_total = total + dt, cpu_total + dc
-        print(f"{pol.name:20s}{dt:8.2f} s wall {dc:8.2f} s cpu {1e6 * dc / n:6.1f} us/block (cpu)  "
-              f"tokens/pass {core.trace_tokens(t, tr).mean():.3f} [SIM]")
+        print(
+            f"{pol.name:20s}{dt:8.2f} s wall {dc:8.2f} s cpu {1e6 * dc / n:6.1f} us/block (cpu)  "
+            f"tokens/pass {evaluate.trace_tokens(t, tr).mean():.3f} [SIM]"
+        )
     for what, x in (("wall", total), ("cpu", cpu_total)):
-        print(f"all policies, {n} blocks: {x:.1f} s {what} (target <= {TARGET_S:.0f} s: "
-              f"{'met' if x <= TARGET_S else 'MISSED'}, {x / TARGET_S:.2f} of budget)")
+        print(
+            f"all policies, {n} blocks: {x:.1f} s {what} (target <= {TARGET_S:.0f} s: "
+            f"{'met' if x <= TARGET_S else 'MISSED'}, {x / TARGET_S:.2f} of budget)"
+        )
     t0 = time.perf_counter()
-    core.run_policy(t, Random(0), "block", order, timing)
+    evaluate.run_policy(t, Random(0), "block", order, timing)
     loop = time.perf_counter() - t0
-    print(f"replay loop alone (random policy): {loop:.2f} s = {loop / total:.2f} of the total; "
-          f"{1e6 * loop / n:.1f} us/block")
+    print(
+        f"replay loop alone (random policy): {loop:.2f} s = {loop / total:.2f} of the total; "
+        f"{1e6 * loop / n:.1f} us/block"
+    )
     t0 = time.perf_counter()
-    rep = core.evaluate(t, "block", [Random(0)], seeds=(0,), n_resamples=1000)
+    rep = evaluate.evaluate(t, "block", [Random(0)], seeds=(0,), n_resamples=1000)
     ev = time.perf_counter() - t0
-    print(f"core.evaluate with one policy (3 hindsight rows + 1, 1000 resamples each): {ev:.2f} s, "
-          f"of which the replay of random {loop:.2f} s; {len(rep.results)} rows")
+    print(
+        f"evaluate.evaluate with one policy (3 hindsight rows + 1, 1000 resamples each): {ev:.2f} s, "
+        f"of which the replay of random {loop:.2f} s; {len(rep.results)} rows"
+    )
+
 
 if __name__ == "__main__":
     main()

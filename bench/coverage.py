@@ -1,6 +1,6 @@
 """Empirical coverage of ci.json's nominal 95% intervals: the shipped entries, code path, criterion and units.
 
-Every interval is made by the code that makes ci.json (`ci.table_stats`, and `ci.headline` when a
+Every interval is made by the code that makes ci.json (`replay.table_stats`, and `ci.headline` when a
 selector entry is asked for: the selector's own criterion, nested threshold and refits), on the
 primary's trajectory block set of a dense log, once per resampling unit (`prompt`, `block`). An
 entry that ci.py keeps on the prompt unit under `--unit block` (the trajectory and tokens-per-pass
@@ -27,6 +27,7 @@ under-covering (`ci.coverage_warnings`).
     python bench/coverage.py --quick --out /tmp/coverage.json     # smoke run, under a minute
     python bench/coverage.py --studies subsample --draws 100 --entries per_block_gap,workload_headroom
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,19 +50,21 @@ from scipy.special import expit, ndtr, ndtri
 from scipy.stats import norm, rankdata
 from tqdm import tqdm
 
+from bandit import bootstrap, replay, schema  # moved by the layering
 from bandit import ci, trajectory
-from bandit.logs import _ROW_FIELDS, BlockTable, _is_dense
+from bandit.table import ROW_FIELDS, BlockTable, is_dense
 from bandit.simulate import SimConfig, manifest, simulate_table
 
 STUDIES = ("sim", "subsample")
 LEVEL = 0.95
-CHUNK = 400          # simulated prompts per workload generated at once (bounds the simulator's memory)
-MIN_FIT_LEN = 16     # prompts at least this long enter the per-prompt rate moments of the fit
+CHUNK = 400  # simulated prompts per workload generated at once (bounds the simulator's memory)
+MIN_FIT_LEN = 16  # prompts at least this long enter the per-prompt rate moments of the fit
 QUICK = {"draws": 16, "resamples": 300, "refit": 16, "truth_prompts": 300}
-FULL = {"draws": 200, "resamples": 2000, "refit": ci.N_REFIT, "truth_prompts": 3000}   # ci.json's defaults
+FULL = {"draws": 200, "resamples": 2000, "refit": ci.N_REFIT, "truth_prompts": 3000}  # ci.json's defaults
 
 
 # ---------------------------------------------------------------- small pieces
+
 
 def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion k/n (scipy's binomtest(k, n).proportion_ci('wilson'))."""
@@ -92,15 +95,23 @@ def derive(*key: int) -> int:
 
 def default_entries(t: BlockTable) -> list[str]:
     w, d = t.workloads[0], t.drafters[trajectory.primary(t) if t.dense else 0]
-    return ["per_block_gap", "workload_headroom", "trajectory_oracle_gain", "greedy_oracle_gain",
-            f"mean_accepted[{w}][{d}]", f"tokens_per_pass[{w}][{d}]", "selector_frontier_area", "selector_capture"]
+    return [
+        "per_block_gap",
+        "workload_headroom",
+        "trajectory_oracle_gain",
+        "greedy_oracle_gain",
+        f"mean_accepted[{w}][{d}]",
+        f"tokens_per_pass[{w}][{d}]",
+        "selector_frontier_area",
+        "selector_capture",
+    ]
 
 
 def resolve(patterns: Sequence[str], names: Sequence[str]) -> list[str]:
     """Entry names matching the patterns (names; `*` and `?` are wildcards), in the patterns' order."""
     out: list[str] = []
     for p in patterns:
-        rx = re.compile(re.escape(p).replace(r"\*", ".*").replace(r"\?", "."))   # brackets are literal
+        rx = re.compile(re.escape(p).replace(r"\*", ".*").replace(r"\?", "."))  # brackets are literal
         hit = [n for n in names if rx.fullmatch(n)]
         if not hit:
             print(f"note: no entry of ci.json matches {p!r}; skipped", file=sys.stderr)
@@ -108,36 +119,47 @@ def resolve(patterns: Sequence[str], names: Sequence[str]) -> list[str]:
     return out
 
 
-def intervals(t: BlockTable, unit: str, names: Sequence[str], resamples: int, refit: int, seed: int,
-              method: str) -> dict[str, ci.Interval]:
+def intervals(
+    t: BlockTable, unit: str, names: Sequence[str], resamples: int, refit: int, seed: int, method: str
+) -> dict[str, bootstrap.Interval]:
     """ci.json's intervals of `names` on t for one unit, by ci.json's code path; entries whose interval ci.py makes
     on another unit are left out."""
     if any(n.startswith("selector") for n in names):
         entries = ci.headline(t, unit, method, resamples, seed, refit)
     else:
-        entries = ci.table_stats(t, unit, resamples, seed, method)
+        entries = replay.table_stats(t, unit, resamples, seed, method)
     want = set(names)
     return {e.name: e.ci for e in entries if e.name in want and e.ci.unit == unit}
 
 
 def all_names(t: BlockTable, refit: bool) -> list[str]:
-    es = ci.headline(t, "prompt", "percentile", 4, 0, 2) if refit else ci.table_stats(t, "prompt", 4, 0, "percentile")
+    es = (
+        ci.headline(t, "prompt", "percentile", 4, 0, 2)
+        if refit
+        else replay.table_stats(t, "prompt", 4, 0, "percentile")
+    )
     return [e.name for e in es]
 
 
 # ---------------------------------------------------------------- the simulator fitted to the shipped campaign
 
+
 @dataclass(frozen=True)
 class Fit:
     """A SimConfig shaped like a campaign, the measured output lengths to draw from, and the manifest's timing."""
+
     cfg: SimConfig
-    lengths: tuple[tuple[int, ...], ...]   # (W,) measured output lengths per workload
+    lengths: tuple[tuple[int, ...], ...]  # (W,) measured output lengths per workload
     timing: dict | None
 
     def to_json(self) -> dict:
-        return {"sim_config": dataclasses.asdict(self.cfg),
-                "output_lengths": {"mean": round(float(np.mean(np.concatenate(self.lengths))), 3),
-                                   "per_workload_prompts": [len(x) for x in self.lengths]}}
+        return {
+            "sim_config": dataclasses.asdict(self.cfg),
+            "output_lengths": {
+                "mean": round(float(np.mean(np.concatenate(self.lengths))), 3),
+                "per_workload_prompts": [len(x) for x in self.lengths],
+            },
+        }
 
 
 def _gh(n: int = 48) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +179,7 @@ def _cap_hist(lengths: Sequence[np.ndarray], k: int) -> np.ndarray:
 def _mean_accepted(mu: np.ndarray, sd: float, hist: np.ndarray, k: int) -> np.ndarray:
     """(W, D) model mean of `accepted` over all records, given the cap histogram (W, k+1)."""
     x, wq = _gh()
-    q = ndtr(mu[..., None] + sd * x)                                            # (W, D, nodes)
+    q = ndtr(mu[..., None] + sd * x)  # (W, D, nodes)
     cum = np.concatenate([np.zeros(q.shape + (1,)), np.cumsum(q[..., None] ** np.arange(1, k + 1), -1)], -1)
     return np.einsum("wdnc,wc,n->wd", cum, hist, wq)
 
@@ -186,12 +208,12 @@ def fit_config(t: BlockTable, n_prompts: int, seed: int = 0) -> Fit:
     starts, lens = trajectory.prompt_rows(t)
     pw = t.workload[starts]
     lengths = [lens[pw == w] for w in range(W)]
-    c = t.accepted >= 1                                                          # the first draft token is right
+    c = t.accepted >= 1  # the first draft token is right
 
     # per-prompt acceptance rates of the longer prompts, on the probit scale: prompt effects, shared latent
     rows = []
     for p in np.nonzero(lens >= MIN_FIT_LEN)[0]:
-        cp = c[starts[p]:starts[p] + lens[p]].astype(float)
+        cp = c[starts[p] : starts[p] + lens[p]].astype(float)
         n = cp.shape[0]
         r = np.clip(cp.mean(0), 0.5 / n, 1 - 0.5 / n)
         rows.append((pw[p], ndtri(r), np.cov(cp.T) / n, (cp.T @ cp) / n))
@@ -200,7 +222,7 @@ def fit_config(t: BlockTable, n_prompts: int, seed: int = 0) -> Fit:
         rw = [r for r in rows if r[0] == w]
         if len(rw) < 3:
             continue
-        z = np.array([r[1] for r in rw])                                         # (Pw, D)
+        z = np.array([r[1] for r in rw])  # (Pw, D)
         g = 1 / norm.pdf(z)
         noise = np.mean([np.outer(gi, gi) * r[2] for gi, r in zip(g, rw)], 0)  # delta-method sampling covariance
         sig = np.cov(z.T) - noise
@@ -208,7 +230,7 @@ def fit_config(t: BlockTable, n_prompts: int, seed: int = 0) -> Fit:
         off.append(np.mean(sig[~np.eye(D, dtype=bool)]))
     tot = max(float(np.mean(diag)) if diag else 0.1, 0.0)
     sd_p = math.sqrt(min(max(float(np.mean(off)) if off else 0.0, 0.0), tot))
-    sd_pd = math.sqrt(max(tot - sd_p ** 2, 0.0))
+    sd_pd = math.sqrt(max(tot - sd_p**2, 0.0))
     sd_p, sd_pd = min(sd_p, 1.0), min(sd_pd, 1.0)
 
     # shared latent: prompt-conditional joint rates of drafter pairs, tetrachoric on a grid
@@ -256,17 +278,37 @@ def fit_config(t: BlockTable, n_prompts: int, seed: int = 0) -> Fit:
         base.append(round((b0 + b1) / 2, 4))
 
     miss = ~c
-    empty = tuple(round(float(((t.draft_len[:, d] == 0) & miss[:, d]).sum() / max(miss[:, d].sum(), 1)), 4)
-                  for d in range(D))
+    empty = tuple(
+        round(float(((t.draft_len[:, d] == 0) & miss[:, d]).sum() / max(miss[:, d].sum(), 1)), 4) for d in range(D)
+    )
     timing = (t.manifests[0].get("timing") if t.manifests else None) or None
-    dms = tuple(float(timing["drafter_ms"].get(d, 1.0)) for d in t.drafters) if timing and "drafter_ms" in timing \
+    dms = (
+        tuple(float(timing["drafter_ms"].get(d, 1.0)) for d in t.drafters)
+        if timing and "drafter_ms" in timing
         else (1.0,) * D
+    )
     vms = float(timing["verify_ms"]["ms"][-1]) if timing and "verify_ms" in timing else 10.0
-    cfg = SimConfig(workloads=tuple(t.workloads), drafters=tuple(t.drafters), drafter_accept=(0.5,) * D,
-                    workload_shift=(0.0,) * W, token_accept=token_accept, shared=round(shared, 4),
-                    prompt_sd=round(sd_p, 4), prompt_drafter_sd=round(sd_pd, 4), signal=tuple(signal),
-                    conf_base=tuple(base), empty_rate=empty, n_prompts=n_prompts, out_len=int(lens.max()), k=k,
-                    dense=True, behaviour=0, drafter_ms=dms, verify_ms=vms, seed=seed)
+    cfg = SimConfig(
+        workloads=tuple(t.workloads),
+        drafters=tuple(t.drafters),
+        drafter_accept=(0.5,) * D,
+        workload_shift=(0.0,) * W,
+        token_accept=token_accept,
+        shared=round(shared, 4),
+        prompt_sd=round(sd_p, 4),
+        prompt_drafter_sd=round(sd_pd, 4),
+        signal=tuple(signal),
+        conf_base=tuple(base),
+        empty_rate=empty,
+        n_prompts=n_prompts,
+        out_len=int(lens.max()),
+        k=k,
+        dense=True,
+        behaviour=0,
+        drafter_ms=dms,
+        verify_ms=vms,
+        seed=seed,
+    )
     return Fit(cfg, tuple(tuple(int(x) for x in L) for L in lengths), timing)
 
 
@@ -282,22 +324,25 @@ def _concat(parts: Sequence[BlockTable]) -> BlockTable:
     """Tables of the same names as one campaign; prompt ids made unique by part and sorted (workload, part, id)."""
     if len(parts) == 1:
         return parts[0]
-    cols = {f: np.concatenate([getattr(p, f) for p in parts]) for f in _ROW_FIELDS}
+    cols = {f: np.concatenate([getattr(p, f) for p in parts]) for f in ROW_FIELDS}
     part = np.concatenate([np.full(p.n_records, j, np.int64) for j, p in enumerate(parts)])
     off = np.cumsum([0] + [p.n_prompts for p in parts])
-    gp = cols["prompt"].astype(np.int64) + off[part]                            # global prompt index
-    ids = [f"{pid.split('/', 1)[0]}/s{j:04d}-{pid.split('/', 1)[1]}" for j, p in enumerate(parts) for pid in p.prompt_ids]
+    gp = cols["prompt"].astype(np.int64) + off[part]  # global prompt index
+    ids = [
+        f"{pid.split('/', 1)[0]}/s{j:04d}-{pid.split('/', 1)[1]}" for j, p in enumerate(parts) for pid in p.prompt_ids
+    ]
     wl = np.zeros(len(ids), np.int64)
     wl[gp] = cols["workload"]
-    order_p = np.lexsort((np.arange(len(ids)), wl))                             # workload, then part, then id
+    order_p = np.lexsort((np.arange(len(ids)), wl))  # workload, then part, then id
     rank = np.empty_like(order_p)
     rank[order_p] = np.arange(order_p.size)
     newp = rank[gp]
     order = np.lexsort((cols["pos"], newp))
     cols = {f: v[order] for f, v in cols.items()}
     cols["prompt"] = newp[order].astype(np.int32)
-    return replace(parts[0], **cols, prompt_ids=tuple(ids[i] for i in order_p),
-                   dense=_is_dense(cols["prompt"], cols["pos"]))
+    return replace(
+        parts[0], **cols, prompt_ids=tuple(ids[i] for i in order_p), dense=is_dense(cols["prompt"], cols["pos"])
+    )
 
 
 def sim_table(fit: Fit, n_prompts: int, seed: int) -> BlockTable:
@@ -332,13 +377,14 @@ def subsample(t: BlockTable, n: int, seed: int) -> BlockTable:
 
 # ---------------------------------------------------------------- the studies
 
+
 @dataclass(frozen=True)
 class Plan:
     study: str
-    source: object            # BlockTable (subsample) or Fit (sim)
+    source: object  # BlockTable (subsample) or Fit (sim)
     names: tuple[str, ...]
     units: tuple[str, ...]
-    n: int                    # prompts per workload of a draw
+    n: int  # prompts per workload of a draw
     resamples: int
     refit: int
     method: str
@@ -352,6 +398,7 @@ def _one_thread() -> None:
     """One BLAS thread: a threaded reduction would make the logistic fits, hence the file, depend on the machine."""
     try:
         from threadpoolctl import threadpool_limits
+
         threadpool_limits(1)
     except ImportError:  # pragma: no cover
         pass
@@ -383,6 +430,7 @@ def run_study(plan: Plan, draws: int, jobs: int) -> list[dict]:
     desc = f"{plan.study} ({plan.n} prompts/workload)"
     if jobs > 1 and draws > 1:
         import multiprocessing as mp
+
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_init, initargs=(plan,)) as ex:
             return list(tqdm(ex.map(one_draw, it), total=draws, desc=desc, file=sys.stderr))
     return [one_draw(i, plan) for i in tqdm(it, desc=desc, file=sys.stderr)]
@@ -403,12 +451,22 @@ def rows_of(study: str, label: str, draws: list[dict], truth: dict[str, dict[str
             hit = ok & (v[:, 1] <= tru) & (tru <= v[:, 2])
             n, k = len(v), int(hit.sum())
             lo, hi = wilson(k, n)
-            r = {"study": study, "entry": name, "unit": unit, "label": label,
-                 "coverage": round(k / n, 4) if n else None, "coverage_ci": [round(lo, 4), round(hi, 4)] if n else None,
-                 "draws": n, "mean_width": _r(np.mean(v[ok, 2] - v[ok, 1])) if ok.any() else None,
-                 "truth": _r(tru), "mean_estimate": _r(np.nanmean(v[:, 0])) if np.isfinite(v[:, 0]).any() else None,
-                 "miss_below": int((ok & (tru < v[:, 1])).sum()), "miss_above": int((ok & (tru > v[:, 2])).sum()),
-                 "undefined": int((~ok).sum()), "absent": len(draws) - n}
+            r = {
+                "study": study,
+                "entry": name,
+                "unit": unit,
+                "label": label,
+                "coverage": round(k / n, 4) if n else None,
+                "coverage_ci": [round(lo, 4), round(hi, 4)] if n else None,
+                "draws": n,
+                "mean_width": _r(np.mean(v[ok, 2] - v[ok, 1])) if ok.any() else None,
+                "truth": _r(tru),
+                "mean_estimate": _r(np.nanmean(v[:, 0])) if np.isfinite(v[:, 0]).any() else None,
+                "miss_below": int((ok & (tru < v[:, 1])).sum()),
+                "miss_above": int((ok & (tru > v[:, 2])).sum()),
+                "undefined": int((~ok).sum()),
+                "absent": len(draws) - n,
+            }
             # the names paper/build.py reads
             r["statistic"], r["coverage_ci95"] = f"{name} ({study})", r["coverage_ci"]
             rows.append(r)
@@ -420,15 +478,21 @@ def _f(x) -> str:
 
 
 def render(rows: list[dict]) -> str:
-    head = (f"{'study':<10}{'entry':<34}{'unit':<7}{'coverage':>9}  {'Wilson 95%':<16}{'draws':>6}"
-            f"{'mean width':>12}{'truth':>10}  miss lo/hi  label")
+    head = (
+        f"{'study':<10}{'entry':<34}{'unit':<7}{'coverage':>9}  {'Wilson 95%':<16}{'draws':>6}"
+        f"{'mean width':>12}{'truth':>10}  miss lo/hi  label"
+    )
     lines = [head]
     for r in rows:
         cv = "n/a" if r["coverage"] is None else f"{100 * r['coverage']:.1f}%"
-        cc = "n/a" if r["coverage_ci"] is None else f"[{100 * r['coverage_ci'][0]:.1f}, {100 * r['coverage_ci'][1]:.1f}]"
+        cc = (
+            "n/a" if r["coverage_ci"] is None else f"[{100 * r['coverage_ci'][0]:.1f}, {100 * r['coverage_ci'][1]:.1f}]"
+        )
         mw = "n/a" if r["mean_width"] is None else f"{r['mean_width']:.4f}"
-        lines.append(f"{r['study']:<10}{r['entry']:<34}{r['unit']:<7}{cv:>9}  {cc:<16}{r['draws']:>6}{mw:>12}"
-                     f"{_f(r['truth']):>10}  {r['miss_below']:>4}/{r['miss_above']:<5} [{r['label']}]")
+        lines.append(
+            f"{r['study']:<10}{r['entry']:<34}{r['unit']:<7}{cv:>9}  {cc:<16}{r['draws']:>6}{mw:>12}"
+            f"{_f(r['truth']):>10}  {r['miss_below']:>4}/{r['miss_above']:<5} [{r['label']}]"
+        )
     return "\n".join(lines)
 
 
@@ -440,16 +504,25 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--resamples", type=int, help=f"bootstrap resamples (default {FULL['resamples']}, ci.json's)")
     ap.add_argument("--refit", type=int, help=f"selector refit resamples (default {FULL['refit']}, ci.json's)")
     ap.add_argument("--prompts-per-workload", type=int, default=30, help="prompts per workload of a draw (default 30)")
-    ap.add_argument("--truth-prompts", type=int, help=f"per workload, the large [SIM] campaign of the truth "
-                                                      f"(default {FULL['truth_prompts']})")
+    ap.add_argument(
+        "--truth-prompts",
+        type=int,
+        help=f"per workload, the large [SIM] campaign of the truth (default {FULL['truth_prompts']})",
+    )
     ap.add_argument("--entries", help="comma-separated entry names or globs (default: a representative subset)")
     ap.add_argument("--studies", default=",".join(STUDIES), help="sim,subsample (default both)")
-    ap.add_argument("--units", default=",".join(ci.UNITS), help="prompt,block (default both)")
-    ap.add_argument("--method", default="percentile", choices=ci.METHODS)
+    ap.add_argument("--units", default=",".join(bootstrap.UNITS), help="prompt,block (default both)")
+    ap.add_argument("--method", default="percentile", choices=bootstrap.METHODS)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="worker processes (no effect on results)")
-    ap.add_argument("--out", type=pathlib.Path, default=None,
-                    help="output (default: <run dir>/coverage.json beside the one run read)")
+    ap.add_argument(
+        "--jobs", type=int, default=min(8, os.cpu_count() or 1), help="worker processes (no effect on results)"
+    )
+    ap.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=None,
+        help="output (default: <run dir>/coverage.json beside the one run read)",
+    )
     args = ap.parse_args(argv)
     base = QUICK if args.quick else FULL
     for k, v in base.items():
@@ -457,11 +530,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
             setattr(args, k, v)
     studies = [s for s in args.studies.split(",") if s]
     units = [u for u in args.units.split(",") if u]
-    if set(studies) - set(STUDIES) or set(units) - set(ci.UNITS):
-        ap.error(f"--studies from {STUDIES}, --units from {ci.UNITS}")
+    if set(studies) - set(STUDIES) or set(units) - set(bootstrap.UNITS):
+        ap.error(f"--studies from {STUDIES}, --units from {bootstrap.UNITS}")
     t0 = time.perf_counter()
 
     from bandit.logs import default_inputs, load_logs, output_path
+
     paths, said = (args.paths, ", ".join(map(str, args.paths))) if args.paths else default_inputs()
     args.out = output_path(paths, "coverage.json", args.out)
     if args.out is None:
@@ -491,26 +565,40 @@ def study(t: BlockTable, studies: Sequence[str], units: Sequence[str], args, t0:
             big = sim_table(src, args.truth_prompts, derive(args.seed, 99))
             truths[s] = truth_of(big, names, units, args.method)
             full = truth_of(t, names, units[:1], args.method)[units[0]]
-            print(f"[SIM] fitted config: shared {src.cfg.shared}, prompt_sd {src.cfg.prompt_sd}, prompt_drafter_sd "
-                  f"{src.cfg.prompt_drafter_sd}, signal {src.cfg.signal}; truth from {big.n_prompts} prompts "
-                  f"({big.n_records} records)")
+            print(
+                f"[SIM] fitted config: shared {src.cfg.shared}, prompt_sd {src.cfg.prompt_sd}, prompt_drafter_sd "
+                f"{src.cfg.prompt_drafter_sd}, signal {src.cfg.signal}; truth from {big.n_prompts} prompts "
+                f"({big.n_records} records)"
+            )
             for n in names:
                 if n in truths[s][units[0]]:
-                    print(f"  {n:<34} truth [SIM] {truths[s][units[0]][n]:9.4f}   campaign [{t.label}] "
-                          f"{full.get(n, float('nan')):9.4f}   ({units[0]} unit)")
-        plan = Plan(s, src, names, tuple(units), args.prompts_per_workload, args.resamples, args.refit, args.method,
-                    args.seed)
+                    print(
+                        f"  {n:<34} truth [SIM] {truths[s][units[0]][n]:9.4f}   campaign [{t.label}] "
+                        f"{full.get(n, float('nan')):9.4f}   ({units[0]} unit)"
+                    )
+        plan = Plan(
+            s, src, names, tuple(units), args.prompts_per_workload, args.resamples, args.refit, args.method, args.seed
+        )
         rows += rows_of(s, label, run_study(plan, args.draws, args.jobs), truths[s])
-    rows.sort(key=lambda r: (r["study"], r["entry"], ci.UNITS.index(r["unit"])))
+    rows.sort(key=lambda r: (r["study"], r["entry"], bootstrap.UNITS.index(r["unit"])))
     res = {
         "what": "empirical coverage of ci.json's nominal 95% intervals (bench/coverage.py)",
         "inputs": [{"path": s.path, "sha256": s.sha256} for s in t.sources],
-        "code_version": ci.code_version(),
+        "code_version": schema.code_version("bandit"),
         "seed": args.seed,
-        "settings": {"draws": args.draws, "resamples": args.resamples, "refit": args.refit,
-                     "prompts_per_workload": args.prompts_per_workload, "truth_prompts": args.truth_prompts,
-                     "method": args.method, "level": LEVEL, "studies": list(studies), "units": list(units),
-                     "entries": list(names), "quick": bool(args.quick)},
+        "settings": {
+            "draws": args.draws,
+            "resamples": args.resamples,
+            "refit": args.refit,
+            "prompts_per_workload": args.prompts_per_workload,
+            "truth_prompts": args.truth_prompts,
+            "method": args.method,
+            "level": LEVEL,
+            "studies": list(studies),
+            "units": list(units),
+            "entries": list(names),
+            "quick": bool(args.quick),
+        },
         "sim": fit_json,
         "truth": {s: {u: {k: _r(v) for k, v in tv.items()} for u, tv in d.items()} for s, d in truths.items()},
         "rows": rows,

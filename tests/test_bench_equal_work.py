@@ -1,6 +1,7 @@
 """bench/bench_harness.py compares equal work only: a speed ratio is printed only when both
 sides produced the same tokens for every prompt, and a row whose outputs differ is refused
 with the prompt and position of the first difference."""
+
 import importlib.util
 import re
 from pathlib import Path
@@ -9,8 +10,14 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_harness.py"
 RATIO = re.compile(r"\b\d+\.\d\dx")  # a printed ratio; the targets' "1.0x", "3x", "5x" have fewer decimals
-ROWS = ("draft model", "prompt lookup", "  ours (teacher-forced)", "  ours, y by ngram spec.",
-        "  naive k steps/position", "  naive vs y by ngram spec.")
+ROWS = (
+    "draft model",
+    "prompt lookup",
+    "  ours (teacher-forced)",
+    "  ours, y by ngram spec.",
+    "  naive k steps/position",
+    "  naive vs y by ngram spec.",
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +75,14 @@ def test_bench_main_tiny(bench, capsys):
 
 def test_bench_main_refuses_unequal_work(bench, capsys, monkeypatch):
     """Our live loop made to stop one token early: both live rows are refused, not credited."""
+
     class Short(bench.Engine):
         def run_prompt(self, *a, **kw):
             res = super().run_prompt(*a, **kw)
             if self.cfg.mode == "live":
                 res.output = res.output[:-1]
             return res
+
     monkeypatch.setattr(bench, "Engine", Short)
     assert bench.main(["--max-new-tokens", "12", "--reps", "1"]) == 0
     rows = _rows(capsys.readouterr().out)

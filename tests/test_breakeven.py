@@ -1,10 +1,12 @@
 """The cost model against hand computation from docs/DESIGN.md's formula, and the what-if CLI."""
+
 import json
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from bandit import costmodel  # moved by the layering
 from bandit import breakeven as be
 
 
@@ -21,7 +23,7 @@ POINTS = [(0.081, 0.43, 1, 0.0), (0.081, 0.43, 1, 0.25), (0.2, 0.3, 3, 0.0), (0.
 @pytest.mark.parametrize("g,R,K,alpha", POINTS)
 def test_whatif_equals_hand_computation(g, R, K, alpha):
     rhos = [0.0, 0.02, 0.05, 0.1, 0.3]
-    ans = be.whatif(g, R, K, rhos, alpha)
+    ans = costmodel.whatif(g, R, K, rhos, alpha)
     for r in rhos:
         assert ans["speedup"][f"{r:g}"] == pytest.approx(hand(g, R, K, r, alpha), abs=1e-6)
     root = ans["breakeven_rho"]
@@ -38,25 +40,41 @@ def test_whatif_equals_hand_computation(g, R, K, alpha):
 
 def test_research_readme_operating_point():
     # 8.1% gain at 43% redraft with one alternative: wins below rho ~0.23 with union verification, never at alpha 0.25
-    assert be.breakeven_rho(0.081, 0.43, 1, 0.0) == pytest.approx(0.081 / (0.43 - 0.081))
-    assert be.breakeven_rho(0.081, 0.43, 1, 0.25) is None
-    assert be.breakeven_regime(0.081, 0.43, 1, 0.25) == "never"
-    assert be.breakeven_regime(0.081, 0.43, 1, 0.0) == "below"
-    assert be.breakeven_regime(0.5, 0.1, 1, 0.0) == "always"
+    assert costmodel.breakeven_rho(0.081, 0.43, 1, 0.0) == pytest.approx(0.081 / (0.43 - 0.081))
+    assert costmodel.breakeven_rho(0.081, 0.43, 1, 0.25) is None
+    assert costmodel.breakeven_regime(0.081, 0.43, 1, 0.25) == "never"
+    assert costmodel.breakeven_regime(0.081, 0.43, 1, 0.0) == "below"
+    assert costmodel.breakeven_regime(0.5, 0.1, 1, 0.0) == "always"
 
 
 def test_general_speedup_matches_equal_rho_form_and_vectorises():
-    assert be.speedup(0.1, 0.4, 0.05, [0.05, 0.05, 0.05], 0.2) == pytest.approx(hand(0.1, 0.4, 3, 0.05, 0.2))
+    assert costmodel.speedup(0.1, 0.4, 0.05, [0.05, 0.05, 0.05], 0.2) == pytest.approx(hand(0.1, 0.4, 3, 0.05, 0.2))
     # unequal costs: only the sum over the alternatives matters
-    assert be.speedup(0.1, 0.4, 0.02, [0.01, 0.09], 0.0) == pytest.approx(1.1 * 1.02 / (1.02 + 0.4 * 0.10))
-    v = be.speedup_equal(0.1, 0.4, 2, np.array([0.0, 0.1]), 0.0)
+    assert costmodel.speedup(0.1, 0.4, 0.02, [0.01, 0.09], 0.0) == pytest.approx(1.1 * 1.02 / (1.02 + 0.4 * 0.10))
+    v = costmodel.speedup_equal(0.1, 0.4, 2, np.array([0.0, 0.1]), 0.0)
     assert v.shape == (2,) and v[0] == pytest.approx(1.1)
 
 
 def test_whatif_cli_json():
     from bandit.cli import app
-    out = CliRunner().invoke(app, ["breakeven", "--gain", "0.081", "--redraft", "0.43", "--alternatives", "1",
-                                   "--rho", "0.02,0.05,0.1", "--alpha", "0", "--json"])
+
+    out = CliRunner().invoke(
+        app,
+        [
+            "breakeven",
+            "--gain",
+            "0.081",
+            "--redraft",
+            "0.43",
+            "--alternatives",
+            "1",
+            "--rho",
+            "0.02,0.05,0.1",
+            "--alpha",
+            "0",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     ans = json.loads(out.output)
     assert set(ans) == {"speedup", "breakeven_rho"}
@@ -66,24 +84,31 @@ def test_whatif_cli_json():
     assert json.loads(out.output)["breakeven_rho"] is None
 
 
-MANIFEST = {"run": "r", "k": 8, "timing": {"verify_ms": {"tokens": [1, 2, 4, 8, 9], "ms": [5.1, 5.3, 5.6, 6.0, 6.1]},
-                                           "verify_batch_ms": {"drafts": [1, 2, 3], "ms": [6.1, 7.0, 7.9]},
-                                           "drafter_ms": {"ngram": 0.04, "draft": 2.9}}}
+MANIFEST = {
+    "run": "r",
+    "k": 8,
+    "timing": {
+        "verify_ms": {"tokens": [1, 2, 4, 8, 9], "ms": [5.1, 5.3, 5.6, 6.0, 6.1]},
+        "verify_batch_ms": {"drafts": [1, 2, 3], "ms": [6.1, 7.0, 7.9]},
+        "drafter_ms": {"ngram": 0.04, "draft": 2.9},
+    },
+}
 
 
 def test_rho_alpha_from_manifest():
-    rho, alpha = be.rho_alpha_from_manifest(MANIFEST)
+    rho, alpha = costmodel.rho_alpha_from_manifest(MANIFEST)
     assert rho["ngram"] == pytest.approx(0.04 / 6.1) and rho["draft"] == pytest.approx(2.9 / 6.1)
     assert alpha == pytest.approx(7.0 / 6.1 - 1)
-    assert be.rho_alpha_from_manifest({"k": 8}) is None
+    assert costmodel.rho_alpha_from_manifest({"k": 8}) is None
     bad = {**MANIFEST, "timing": {"verify_ms": {"tokens": [1]}}}
     with pytest.raises(ValueError, match="manifest r: timing"):
-        be.rho_alpha_from_manifest(bad)
+        costmodel.rho_alpha_from_manifest(bad)
 
 
 def test_report_with_one_drafter_has_no_selector(tmp_path):
     from bandit.logs import load_logs
     from bandit.simulate import SimConfig, write_sim_run
+
     write_sim_run(SimConfig(n_prompts=3, out_len=30), tmp_path / "sim")
     t = load_logs([tmp_path / "sim"])
     r = be.report_from_table(t.select_drafters([t.drafters[0], t.drafters[1]]), 50, 5)
@@ -94,22 +119,29 @@ def test_report_with_one_drafter_has_no_selector(tmp_path):
 
 def test_costs_charge_the_union_of_every_draft_verified():
     """alpha(K) = verify_batch(1 + K) / verify_batch(1) - 1: best-of-N over D drafters pays the union of all D."""
-    m = {**MANIFEST, "timing": {**MANIFEST["timing"], "verify_batch_ms": {"drafts": [1, 2, 3], "ms": [6.1, 7.0, 7.9]},
-                                "drafter_ms": {"a": 0.61, "b": 0.0, "c": 1.22}}}
-    c = be.costs_for(("a", "b", "c"), m)
+    m = {
+        **MANIFEST,
+        "timing": {
+            **MANIFEST["timing"],
+            "verify_batch_ms": {"drafts": [1, 2, 3], "ms": [6.1, 7.0, 7.9]},
+            "drafter_ms": {"a": 0.61, "b": 0.0, "c": 1.22},
+        },
+    }
+    c = costmodel.costs_for(("a", "b", "c"), m)
     assert c.source == "measured"
     assert c.alpha(1) == pytest.approx(7.0 / 6.1 - 1) and c.alpha(2) == pytest.approx(7.9 / 6.1 - 1)
     assert c.rho == pytest.approx([0.1, 0.0, 0.2])
     # primary a, re-draft 40% with b and c: c = 1.1 + 0.4 (0.0 + 0.2 + alpha(2))
     want = 1.25 * 1.1 / (1.1 + 0.4 * (0.2 + 7.9 / 6.1 - 1))
     assert c.speedup(0, [1, 2], 0.4, 0.25) == pytest.approx(want)
-    w = be.costs_for(("a", "b"), None)
-    assert w.source == "what-if" and w.rho == pytest.approx([be.WHATIF_RHO] * 2) and w.alpha(1) == 0.0
+    w = costmodel.costs_for(("a", "b"), None)
+    assert w.source == "what-if" and w.rho == pytest.approx([costmodel.WHATIF_RHO] * 2) and w.alpha(1) == 0.0
 
 
 def test_report_from_logs_labels_and_cis(tmp_path):
     from bandit.logs import load_logs
     from bandit.simulate import SimConfig, write_sim_run
+
     write_sim_run(SimConfig(n_prompts=6, out_len=48, shared=0.0), tmp_path / "sim")
     text = be.main([tmp_path / "sim"], out=tmp_path / "be.txt", n_resamples=200, n_refit=20)
     assert (tmp_path / "be.txt").read_text() in text and (tmp_path / "be.png").stat().st_size > 0
@@ -118,12 +150,13 @@ def test_report_from_logs_labels_and_cis(tmp_path):
     r = be.report_from_table(t, 200, 20)
     assert be.render(r) == (tmp_path / "be.txt").read_text()
     # every gain carries an interval around its value; best-of-N's speedup is its gain mapped through the model
-    for band in (r.bon_gain, *r.single_gain.values()):    # smooth ratios: the percentile interval holds the value
+    for band in (r.bon_gain, *r.single_gain.values()):  # smooth ratios: the percentile interval holds the value
         assert band.lo <= band.value <= band.hi
     assert set(r.selector) == {"selector_token_gain", "selector_redraft_rate", "selector_speedup"}
     assert all(b.label == ("MODEL" if k == "selector_speedup" else "SIM") for k, b in r.selector.items())
     # best-of-N gain against a direct computation on the primary's block set
     from bandit import trajectory
+
     tau = trajectory.block_tokens(t, trajectory.block_mask(t))
     pj = t.drafters.index(r.primary)
     assert r.bon_gain.value == pytest.approx(tau.max(1).sum() / tau[:, pj].sum() - 1)

@@ -1,4 +1,5 @@
 """Bad input through every analysis command: one `error:` line naming where, a nonzero exit, never a traceback."""
+
 import copy
 import gzip
 import json
@@ -14,9 +15,14 @@ from bandit.simulate import SimConfig, write_sim_run
 from test_logs import BAD_FIELDS, _records
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = (["validate"], ["replay", "--resamples", "20"], ["ci", "--resamples", "20", "--refit-resamples", "2"],
-            ["selector", "--resamples", "2"], ["breakeven", "--resamples", "20", "--refit-resamples", "2"],
-            ["policies", "--resamples", "20", "--seeds", "1"])
+COMMANDS = (
+    ["validate"],
+    ["replay", "--resamples", "20"],
+    ["ci", "--resamples", "20", "--refit-resamples", "2"],
+    ["selector", "--resamples", "2"],
+    ["breakeven", "--resamples", "20", "--refit-resamples", "2"],
+    ["policies", "--resamples", "20", "--seeds", "1"],
+)
 
 
 def _bad_logs(tmp: Path) -> dict[str, Path]:
@@ -39,8 +45,10 @@ def _bad_logs(tmp: Path) -> dict[str, Path]:
     for what, mutate, _ in BAD_FIELDS:
         recs = _records(7)
         recs[3] = mutate(copy.deepcopy(recs[3]))
-        put("field_" + what.replace(" ", "_"), ("\n".join(r if isinstance(r, str) else json.dumps(r) for r in recs)
-                                                 + "\n").encode())
+        put(
+            "field_" + what.replace(" ", "_"),
+            ("\n".join(r if isinstance(r, str) else json.dumps(r) for r in recs) + "\n").encode(),
+        )
     return out
 
 
@@ -67,15 +75,25 @@ def test_wrong_shape_manifest_and_one_workload(tmp_path):
     for cmd in COMMANDS:
         r = runner.invoke(app, [*cmd, str(run)])
         assert r.exit_code != 0 and (r.exception is None or isinstance(r.exception, SystemExit)), (cmd, r.output)
-    one = write_sim_run(SimConfig(n_prompts=2, out_len=30, workloads=("code",), workload_shift=(0.0,), signal=(0.8,),
-                                  conf_base=(0.0,), seed=1), tmp_path / "one")
+    one = write_sim_run(
+        SimConfig(
+            n_prompts=2, out_len=30, workloads=("code",), workload_shift=(0.0,), signal=(0.8,), conf_base=(0.0,), seed=1
+        ),
+        tmp_path / "one",
+    )
     r = runner.invoke(app, ["selector", "--resamples", "2", str(one)])
     assert r.exit_code == 1 and "two workloads" in r.output, r.output
 
 
-@pytest.mark.parametrize("args", [["ci", "--resamples", "0"], ["replay", "--resamples", "-5"],
-                                  ["breakeven", "--gain", "0.1", "--redraft", "1.5"],
-                                  ["breakeven", "--gain", "0.1", "--redraft", "0.3", "--rho", "0.02,abc"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ci", "--resamples", "0"],
+        ["replay", "--resamples", "-5"],
+        ["breakeven", "--gain", "0.1", "--redraft", "1.5"],
+        ["breakeven", "--gain", "0.1", "--redraft", "0.3", "--rho", "0.02,abc"],
+    ],
+)
 def test_bad_values_are_refused(args):
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
@@ -83,14 +101,22 @@ def test_bad_values_are_refused(args):
 
 def test_module_scripts_use_the_same_boundary(bad):
     for module in ("ci", "replay", "selector", "logs"):
-        p = subprocess.run([sys.executable, f"bandit/{module}.py", str(bad["field_" + BAD_FIELDS[0][0].replace(" ", "_")])],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, \
-            (module, p.stderr)
-        assert ":4: " in p.stderr, (module, p.stderr)          # names the file and line
+        p = subprocess.run(
+            [sys.executable, f"bandit/{module}.py", str(bad["field_" + BAD_FIELDS[0][0].replace(" ", "_")])],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, (
+            module,
+            p.stderr,
+        )
+        assert ":4: " in p.stderr, (module, p.stderr)  # names the file and line
     for module in ("breakeven", "core", "logs", "ci"):
-        p = subprocess.run([sys.executable, f"bandit/{module}.py", "--help"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=120)
+        p = subprocess.run(
+            [sys.executable, f"bandit/{module}.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
         assert p.returncode == 0 and "Usage" in p.stdout, (module, p.stderr)
 
 

@@ -1,5 +1,6 @@
 """The default input is exactly one complete run; outputs go beside the run they describe; a manifest must
 describe its own directory's logs; a run still in progress is read with a note."""
+
 import json
 import shutil
 
@@ -77,8 +78,11 @@ def test_a_dense_log_missing_a_record_is_an_error_not_silently_sparse(tmp_path):
     lines = f.read_text().splitlines()
     gone = json.loads(lines[5])
     f.write_text("\n".join(lines[:5] + lines[6:]) + "\n")
-    with pytest.raises(LogError, match=rf"manifest says dense, but prompt {gone['workload']}/{gone['prompt_id']} "
-                                       rf"has no record at position {gone['pos']}"):
+    with pytest.raises(
+        LogError,
+        match=rf"manifest says dense, but prompt {gone['workload']}/{gone['prompt_id']} "
+        rf"has no record at position {gone['pos']}",
+    ):
         load_logs([d])
 
 
@@ -97,17 +101,27 @@ def test_a_name_with_a_lone_surrogate_is_refused_naming_the_file(tmp_path):
 
 
 def test_deep_nesting_is_a_located_error(tmp_path):
-    (tmp_path / "blocks_x.jsonl").write_text('{"v":1,"workload":"w","prompt_id":"p","pos":0,"drafts":{"a":{"tokens":'
-                                             + "[" * 100000 + "]" * 100000 + "}}}\n")
+    (tmp_path / "blocks_x.jsonl").write_text(
+        '{"v":1,"workload":"w","prompt_id":"p","pos":0,"drafts":{"a":{"tokens":' + "[" * 100000 + "]" * 100000 + "}}}\n"
+    )
     with pytest.raises(LogError, match=r"blocks_x.jsonl:1: line: nested too deeply"):
         load_logs([tmp_path])
 
 
 def test_large_integers_survive_every_reader_exactly(tmp_path):
     from bandit.logs import load_logs_reference
-    recs = [{"v": 1, "workload": "w", "prompt_id": "p", "pos": 3 * i, "block": b,
-             "drafts": {"a": {"tokens": [1, 2], "accepted": 1, "conf": [0.5, 0.5], "entropy": [0.1, 0.1]}}}
-            for i, b in enumerate([2**53 + 1, 2**53 + 2, 2**62 + 1])]
+
+    recs = [
+        {
+            "v": 1,
+            "workload": "w",
+            "prompt_id": "p",
+            "pos": 3 * i,
+            "block": b,
+            "drafts": {"a": {"tokens": [1, 2], "accepted": 1, "conf": [0.5, 0.5], "entropy": [0.1, 0.1]}},
+        }
+        for i, b in enumerate([2**53 + 1, 2**53 + 2, 2**62 + 1])
+    ]
     (tmp_path / "blocks_x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     want = [2**53 + 1, 2**53 + 2, 2**62 + 1]
     assert [int(x) for x in load_logs([tmp_path]).block] == want  # the bulk path, not via float64

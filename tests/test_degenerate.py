@@ -1,5 +1,6 @@
 """Degenerate inputs are reported as such: one prompt has no CI (not a zero-width one), an undefined ratio is
 'undefined' (never nan), and the selector's entries on one workload are listed with their reason."""
+
 import json
 import re
 from pathlib import Path
@@ -28,14 +29,17 @@ def logs(tmp_path_factory):
         (d / f.name).write_text("".join(json.dumps(r) + "\n" for r in rs))
         (d / "manifest.json").write_text(man)
         return d
+
     empty = json.loads(json.dumps(recs))
     for r in empty:
         for d in r["drafts"].values():
             d.update(tokens=[], accepted=0, conf=[], entropy=[])
             d.pop("expected_accepted", None)
-    return {"one_prompt": write("one", [r for r in recs if (r["workload"], r["prompt_id"]) == pids[0]]),
-            "one_workload": write("wl", [r for r in recs if r["workload"] == pids[0][0]]),
-            "empty": write("empty", empty)}
+    return {
+        "one_prompt": write("one", [r for r in recs if (r["workload"], r["prompt_id"]) == pids[0]]),
+        "one_workload": write("wl", [r for r in recs if r["workload"] == pids[0][0]]),
+        "empty": write("empty", empty),
+    }
 
 
 def test_one_prompt_has_no_interval_rather_than_a_zero_width_one(logs):
@@ -72,7 +76,10 @@ def test_one_workload_lists_the_selector_with_its_reason(logs):
 
 
 def test_the_shipped_campaign_has_no_degenerate_entries():
-    camp = Path(__file__).resolve().parents[1] / (Path(__file__).resolve().parents[1] / "paper" / "campaign.txt").read_text().strip()
+    camp = (
+        Path(__file__).resolve().parents[1]
+        / (Path(__file__).resolve().parents[1] / "paper" / "campaign.txt").read_text().strip()
+    )
     for e in json.loads((camp / "ci.json").read_text()):
         if e["value"] is None:  # only where the definition has no value, and then with the reason
             assert e["warning"].startswith("undefined") and e["name"].startswith(("selector_skill", "selector_capture"))

@@ -1,4 +1,5 @@
 """README's results block and paper/draft.md are generated from the published campaign's outputs, never typed."""
+
 import json
 import re
 import subprocess
@@ -27,6 +28,10 @@ def test_every_percentage_in_the_readme_block_comes_from_ci_json():
 
 
 def test_build_refuses_a_campaign_that_is_not_the_published_one(tmp_path):
-    r = subprocess.run([sys.executable, "paper/build.py", "--campaign", "runs/sim", "--check"], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "paper/build.py", "--campaign", "runs/sim", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "is not the published campaign" in r.stderr and "--publish" in r.stderr

@@ -5,6 +5,7 @@ same weighted data, run to tol=1e-12 so that the comparison measures our optimum
 scikit-learn's default tol=1e-4 happens to stop (that gap, ~1e-6, is reported by
 bench/bench_logistic.py).
 """
+
 import warnings
 
 import numpy as np
@@ -20,10 +21,14 @@ ATOL = 1e-6
 
 
 def sk_fit(X, y, w, C=1.0):
-    p = Pipeline([("scale", StandardScaler()),
-                  ("lr", LogisticRegression(C=C, solver="newton-cholesky", tol=1e-12, max_iter=1000))])
+    p = Pipeline(
+        [
+            ("scale", StandardScaler()),
+            ("lr", LogisticRegression(C=C, solver="newton-cholesky", tol=1e-12, max_iter=1000)),
+        ]
+    )
     with warnings.catch_warnings():
-        warnings.simplefilter("error")   # a reference that did not converge is no reference
+        warnings.simplefilter("error")  # a reference that did not converge is no reference
         p.fit(X, y, scale__sample_weight=w, lr__sample_weight=w)
     return p
 
@@ -56,8 +61,8 @@ def test_bootstrap_counts_match_sklearn():
     rng = np.random.default_rng(1)
     X, y = selector_like(rng, 1500)
     S = cluster_counts(rng, 1500, 8)
-    assert (S == 0).any(axis=1).all()      # every resample leaves some rows out
-    assert not S.flags.c_contiguous        # the column-major layout ci.py's fancy indexing makes
+    assert (S == 0).any(axis=1).all()  # every resample leaves some rows out
+    assert not S.flags.c_contiguous  # the column-major layout ci.py's fancy indexing makes
     fit = fit_batched(X, y, S)
     assert_matches(fit, X, y, S)
     assert fit.coef.shape == fit.mean.shape == fit.scale.shape == (8, 4) and fit.intercept.shape == (8,)
@@ -79,17 +84,17 @@ def test_unequal_feature_scales_and_offsets():
     assert_matches(fit_batched(X, y, S), X, y, S)
 
 
-@pytest.mark.parametrize("v", [0.75, 0.35, 0.123])   # one-pass variance rounds to <0, >0, >0 (-> the rounding term)
+@pytest.mark.parametrize("v", [0.75, 0.35, 0.123])  # one-pass variance rounds to <0, >0, >0 (-> the rounding term)
 def test_constant_features_get_scale_one(v):
     rng = np.random.default_rng(4)
     X, y = selector_like(rng, 900)
-    X = np.c_[X, np.full(900, 0.3)]        # constant everywhere
+    X = np.c_[X, np.full(900, 0.3)]  # constant everywhere
     S = cluster_counts(rng, 900, 4)
-    X[S[1] > 0, 2] = v                     # constant on resample 1's rows only (its left-out rows vary)
+    X[S[1] > 0, 2] = v  # constant on resample 1's rows only (its left-out rows vary)
     fit = fit_batched(X, y, S)
     assert (fit.scale[:, 4] == 1.0).all() and fit.scale[1, 2] == 1.0 and (fit.scale[[0, 2, 3], 2] != 1.0).all()
     assert_matches(fit, X, y, S)
-    Xt = rng.random((50, 5))               # off the training rows too: the constant column's coef is ~0 in both
+    Xt = rng.random((50, 5))  # off the training rows too: the constant column's coef is ~0 in both
     for k in range(4):
         np.testing.assert_allclose(fit.predict_proba(Xt)[k], sk_fit(X, y, S[k]).predict_proba(Xt)[:, 1], atol=1e-7)
 
@@ -98,12 +103,12 @@ def test_strongly_separated_data():
     rng = np.random.default_rng(5)
     n = 600
     X = rng.normal(size=(n, 3))
-    y = (X[:, 0] + 0.3 * X[:, 1] > 0).astype(int)   # perfectly separable: only the penalty keeps beta finite
+    y = (X[:, 0] + 0.3 * X[:, 1] > 0).astype(int)  # perfectly separable: only the penalty keeps beta finite
     S = cluster_counts(rng, n, 4, clusters=40)
     for C in (1.0, 100.0):
         fit = fit_batched(X, y, S, C=C)
         assert_matches(fit, X, y, S, C=C)
-        assert np.abs(fit.coef).max() > (8 if C == 100.0 else 2)   # really is far from the start
+        assert np.abs(fit.coef).max() > (8 if C == 100.0 else 2)  # really is far from the start
 
 
 @pytest.mark.parametrize("C", [0.05, 20.0])
@@ -132,10 +137,10 @@ def test_degenerate_single_class_resamples():
     rng = np.random.default_rng(8)
     X, y = selector_like(rng, 600)
     S = cluster_counts(rng, 600, 5)
-    S[1] = np.where(y == 1, S[1], 0.0)     # only positives weighted
-    S[2] = np.where(y == 0, S[2], 0.0)     # only negatives weighted
-    S[3] = 0.0                             # no weight at all
-    with pytest.raises(ValueError):        # scikit-learn would refuse resample 1 (as the selector fits it)
+    S[1] = np.where(y == 1, S[1], 0.0)  # only positives weighted
+    S[2] = np.where(y == 0, S[2], 0.0)  # only negatives weighted
+    S[3] = 0.0  # no weight at all
+    with pytest.raises(ValueError):  # scikit-learn would refuse resample 1 (as the selector fits it)
         sk_fit(X[S[1] > 0], y[S[1] > 0], S[1][S[1] > 0])
     fit = fit_batched(X, y, S)
     assert fit.degenerate.tolist() == [False, True, True, True, False]
@@ -143,8 +148,17 @@ def test_degenerate_single_class_resamples():
     P = fit.predict_proba(X[:20])
     assert (P[1] == 1.0).all() and (P[2] == 0.0).all() and (P[3] == 0.0).all()
     assert np.isposinf(fit.decision(X[:3])[1]).all() and np.isneginf(fit.decision(X[:3])[2]).all()
-    assert_matches(LogisticBatch(*(f[[0, 4]] for f in (fit.mean, fit.scale, fit.coef, fit.intercept)), fit.n_iter,
-                                 fit.converged[[0, 4]], fit.degenerate[[0, 4]]), X, y, S[[0, 4]])
+    assert_matches(
+        LogisticBatch(
+            *(f[[0, 4]] for f in (fit.mean, fit.scale, fit.coef, fit.intercept)),
+            fit.n_iter,
+            fit.converged[[0, 4]],
+            fit.degenerate[[0, 4]],
+        ),
+        X,
+        y,
+        S[[0, 4]],
+    )
 
 
 def test_fit_one_equals_batch_row():

@@ -1,5 +1,6 @@
-"""The loader: hand-computed values, the fast path against the exact reference, and every bad-input class
-named by file, line and field (with orjson and with the stdlib parser)."""
+"""The loader: hand-computed values, the loader against the exact reference, and every bad-input class
+named by file, line and field (pyarrow's reader first, and the exact path alone)."""
+
 import copy
 import gzip
 import json
@@ -9,20 +10,35 @@ import numpy as np
 import pytest
 
 import bandit.logs as logs
+from bandit import records
 from bandit.logs import LogError, load_logs, load_logs_reference, validate_logs
+from bandit.table import ROW_FIELDS
 from bandit.simulate import SimConfig, write_sim_run
 
 DATA = Path(__file__).parent / "data"
-GOOD = {"v": 1, "workload": "w", "prompt_id": "p", "pos": 0,
-        "drafts": {"x": {"tokens": [1, 2, 3], "accepted": 1, "conf": [0.5, 0.25, 1.0], "entropy": [0.1, 0.2, 0.3]},
-                   "y": {"tokens": [4], "accepted": 0, "conf": [0.75], "entropy": [0.0]}}}
+GOOD = {
+    "v": 1,
+    "workload": "w",
+    "prompt_id": "p",
+    "pos": 0,
+    "drafts": {
+        "x": {"tokens": [1, 2, 3], "accepted": 1, "conf": [0.5, 0.25, 1.0], "entropy": [0.1, 0.2, 0.3]},
+        "y": {"tokens": [4], "accepted": 0, "conf": [0.75], "entropy": [0.0]},
+    },
+}
 
 
-@pytest.fixture(params=["orjson", "stdlib"])
+@pytest.fixture(autouse=True)
+def no_cache(monkeypatch):
+    """Every test here parses its logs (tests/test_pack.py tests the cache)."""
+    monkeypatch.setenv("SPECBANDIT_CACHE", "off")
+
+
+@pytest.fixture(params=["pyarrow", "exact"])
 def parser(request, monkeypatch):
-    """Run a test with the orjson fast path and with the stdlib-only path (orjson absent)."""
-    if request.param == "stdlib":
-        monkeypatch.setattr(logs, "_fastjson", None)
+    """Run a test with pyarrow's reader first and with the exact path alone (pyarrow's reader refusing all)."""
+    if request.param == "exact":
+        monkeypatch.setattr(logs, "read_arrow", lambda path: None)
     return request.param
 
 
@@ -68,15 +84,14 @@ def test_hand_written_sparse_log_values(parser):
 def test_fast_loader_equals_reference_on_simulated_log(tmp_path):
     path = write_sim_run(SimConfig(n_prompts=3, out_len=40, seed=5), tmp_path / "run")
     fast, ref = load_logs([path]), load_logs_reference([path])
-    for f in ("workload", "prompt", "pos", "block", "accepted", "draft_len", "ms", "target_ms"):
-        np.testing.assert_array_equal(getattr(fast, f), getattr(ref, f), err_msg=f)
-    np.testing.assert_allclose(fast.features, ref.features, rtol=0, atol=1e-12)
+    for f in ROW_FIELDS:  # bit for bit: both compute the features with bandit.schema.features
+        assert getattr(fast, f).tobytes() == getattr(ref, f).tobytes(), f
     assert fast.prompt_ids == ref.prompt_ids and fast.label == "SIM" and fast.dense
     assert fast.sources[0].sha256 == ref.sources[0].sha256
 
 
-def test_records_across_batches_and_files_are_sorted(tmp_path, monkeypatch):
-    monkeypatch.setattr(logs, "_BATCH", 3)  # many batches from a few lines
+def test_records_across_batches_and_files_are_sorted(tmp_path, monkeypatch, parser):
+    monkeypatch.setattr(records, "BATCH", 3)  # many batches from a few lines
     recs = _records(8)[::-1]
     a = _write(tmp_path, recs[:5], "blocks_a.jsonl")
     b = _write(tmp_path, recs[5:], "blocks_b.jsonl")
@@ -247,8 +262,18 @@ def test_refuses_to_pool_sim_with_measured(tmp_path):
     m = tmp_path / "real"
     m.mkdir()
     _write(m, _records(3))
-    (m / "manifest.json").write_text(json.dumps({"v": 1, "label": "MEASURED", "k": 8, "temperature": 0.0,
-                                                 "target": {"name": "t"}, "drafters": {"x": {}, "y": {}}}))
+    (m / "manifest.json").write_text(
+        json.dumps(
+            {
+                "v": 1,
+                "label": "MEASURED",
+                "k": 8,
+                "temperature": 0.0,
+                "target": {"name": "t"},
+                "drafters": {"x": {}, "y": {}},
+            }
+        )
+    )
     with pytest.raises(LogError, match="another campaign"):
         load_logs([tmp_path])
 
@@ -256,6 +281,7 @@ def test_refuses_to_pool_sim_with_measured(tmp_path):
 def test_cli_validate_exit_codes(tmp_path):
     from typer.testing import CliRunner
     from bandit.cli import app
+
     recs = _records(9)
     good = _write(tmp_path, recs, "blocks_good.jsonl")
     r = CliRunner().invoke(app, ["validate", str(good)])
@@ -270,12 +296,23 @@ def test_cli_validate_checks_each_campaign_separately(tmp_path):
     """A runs/ folder with a simulated and a measured campaign is valid: one summary each, no pooling."""
     from typer.testing import CliRunner
     from bandit.cli import app
+
     write_sim_run(SimConfig(n_prompts=2, out_len=20, seed=1), tmp_path / "sim")
     m = tmp_path / "measured"
     m.mkdir()
     _write(m, _records(3))
-    (m / "manifest.json").write_text(json.dumps({"v": 1, "label": "MEASURED", "k": 8, "temperature": 0.0,
-                                                 "target": {"name": "t"}, "drafters": {"x": {}, "y": {}}}))
+    (m / "manifest.json").write_text(
+        json.dumps(
+            {
+                "v": 1,
+                "label": "MEASURED",
+                "k": 8,
+                "temperature": 0.0,
+                "target": {"name": "t"},
+                "drafters": {"x": {}, "y": {}},
+            }
+        )
+    )
     r = CliRunner().invoke(app, ["validate", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert r.output.count("valid: ") == 2 and "[SIM]" in r.output and "[MEASURED]" in r.output
@@ -290,8 +327,9 @@ def test_clean_logs_take_the_bulk_path(tmp_path, monkeypatch):
 
     def boom(*a):
         raise AssertionError("exact path used on a clean log")
-    monkeypatch.setattr(logs, "_parse_exact", boom)
-    monkeypatch.setattr(logs, "_BATCH", 50)
+
+    monkeypatch.setattr(logs, "read_exact", boom)
+    monkeypatch.setattr(records, "parse_exact", boom)
     t = load_logs([path])
     np.testing.assert_array_equal(t.accepted, ref.accepted)
     np.testing.assert_array_equal(t.features, ref.features)
@@ -299,13 +337,24 @@ def test_clean_logs_take_the_bulk_path(tmp_path, monkeypatch):
 
 def test_block_starts_decided_per_prompt_when_pooling_flagged_and_unflagged(tmp_path):
     """A sparse (flagged) log pooled with a dense unflagged one: the unflagged prompts keep every record."""
+
     def rec(pid, pos, **kw):
-        return {"v": 1, "workload": "w", "prompt_id": pid, "pos": pos, **kw,
-                "drafts": {"x": {"tokens": [1], "accepted": 1, "conf": [0.5], "entropy": [0.1]}}}
-    (tmp_path / "blocks_a.jsonl").write_text("\n".join(json.dumps(r) for r in [
-        rec("flagged", 0, block=0), rec("flagged", 1), rec("flagged", 2, block=1)]) + "\n")
-    (tmp_path / "blocks_b.jsonl").write_text("\n".join(json.dumps(r) for r in [
-        rec("plain", 0), rec("plain", 1), rec("plain", 2)]) + "\n")
+        return {
+            "v": 1,
+            "workload": "w",
+            "prompt_id": pid,
+            "pos": pos,
+            **kw,
+            "drafts": {"x": {"tokens": [1], "accepted": 1, "conf": [0.5], "entropy": [0.1]}},
+        }
+
+    (tmp_path / "blocks_a.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in [rec("flagged", 0, block=0), rec("flagged", 1), rec("flagged", 2, block=1)])
+        + "\n"
+    )
+    (tmp_path / "blocks_b.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in [rec("plain", 0), rec("plain", 1), rec("plain", 2)]) + "\n"
+    )
     t = load_logs([tmp_path])
     starts = {(t.prompt_ids[p], int(q)) for p, q, s in zip(t.prompt, t.pos, t.is_block_start) if s}
     assert starts == {("w/flagged", 0), ("w/flagged", 2), ("w/plain", 0), ("w/plain", 1), ("w/plain", 2)}

@@ -1,4 +1,5 @@
 """Policies on synthetic reward streams, each against an independent reference."""
+
 import itertools
 import math
 
@@ -6,29 +7,55 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from bandit.policies import (EXP3, EXP3Spec, _Tables, UCB1, UCBSpec, Hedge, HedgeCtx, HedgeQuery, LinUCB, NormalHedge,
-                             Random, SpecSelect, StepTime, ThompsonCtx, make_policies)
-from bandit.replay import Context
+from bandit.policies import (
+    EXP3,
+    EXP3Spec,
+    SpecTables,
+    UCB1,
+    UCBSpec,
+    Hedge,
+    HedgeCtx,
+    HedgeQuery,
+    LinUCB,
+    NormalHedge,
+    Random,
+    SpecSelect,
+    StepTime,
+    ThompsonCtx,
+    make_policies,
+)
+from bandit.schema import Context, Timing
+
+
+def timing_of(d: dict) -> Timing:
+    """A manifest-style timing dict (plus "k") as the Timing a policy is given at reset."""
+    return Timing.from_manifest({"k": d.get("k", 0), "timing": {n: v for n, v in d.items() if n != "k"}}, ())
+
 
 K = 8
 
 
 def ctx(w=0, prompt=0, D=3, draft_len=None, prev_a=None, prev_f=None):
-    return Context(w, prompt, 0, np.full(D, np.nan) if prev_a is None else prev_a,
-                   np.full((D, 4), np.nan) if prev_f is None else prev_f,
-                   np.full(D, K) if draft_len is None else np.asarray(draft_len))
+    return Context(
+        w,
+        prompt,
+        0,
+        np.full(D, np.nan) if prev_a is None else prev_a,
+        np.full((D, 4), np.nan) if prev_f is None else prev_f,
+        np.full(D, K) if draft_len is None else np.asarray(draft_len),
+    )
 
 
 def stream(means, T, seed, workloads=None):
     """(T,) workload, (T, D) accepted ~ min(Poisson(mean), K) with means (W, D)."""
-    rng = np.random.default_rng([seed, 99])   # never the policies' own stream
+    rng = np.random.default_rng([seed, 99])  # never the policies' own stream
     means = np.atleast_2d(means)
     w = rng.integers(0, means.shape[0], T) if workloads is None else workloads
     return w, np.minimum(rng.poisson(means[w]), K).astype(float)
 
 
 def play(pol, w, A, D=3, W=1):
-    pol.reset([f"d{i}" for i in range(D)], [f"w{i}" for i in range(W)], {"k": K})
+    pol.reset([f"d{i}" for i in range(D)], [f"w{i}" for i in range(W)], Timing(k=K))
     chosen = np.empty(len(w), int)
     for i in range(len(w)):
         c = ctx(int(w[i]), D=D)
@@ -94,8 +121,8 @@ def test_normalhedge_scale_solves_its_equation():
         pol.choose(ctx(D=4))
         r = np.maximum(R, 0)
         with np.errstate(over="ignore"):
-            c = brentq(lambda c: np.mean(np.exp(r ** 2 / (2 * c))) - math.e, 1e-8, 1e8)
-        w = r / c * np.exp(r ** 2 / (2 * c))
+            c = brentq(lambda c: np.mean(np.exp(r**2 / (2 * c))) - math.e, 1e-8, 1e8)
+        w = r / c * np.exp(r**2 / (2 * c))
         assert np.allclose(pol.p_, w / w.sum(), rtol=1e-6), R
 
 
@@ -129,7 +156,7 @@ def test_linucb_is_ridge_regression_and_ucb():
     rng = np.random.default_rng(7)
     D, W = 3, 2
     pol = LinUCB(alpha=0.5, ridge=1.0)
-    pol.reset(["a", "b", "c"], ["x", "y"], {"k": K})
+    pol.reset(["a", "b", "c"], ["x", "y"], Timing(k=K))
     X, y = {d: [] for d in range(D)}, {d: [] for d in range(D)}
     for i in range(300):
         pa = np.where(rng.random(D) < 0.5, rng.integers(0, K, D).astype(float), np.nan)
@@ -140,7 +167,8 @@ def test_linucb_is_ridge_regression_and_ucb():
         assert np.allclose(pol.x_, x)
         a = float(rng.integers(0, K + 1))
         pol.update(c, d, np.where(np.arange(D) == d, a, np.nan), np.arange(D) == d)
-        X[d].append(x); y[d].append(a / K)
+        X[d].append(x)
+        y[d].append(a / K)
     for d in range(D):
         Xd = np.array(X[d]).reshape(-1, pol.dim_)
         A_ = np.eye(pol.dim_) + Xd.T @ Xd
@@ -156,13 +184,14 @@ def test_random_is_uniform():
 
 # ---------------------------------------------------------------- spec-select
 
+
 def brute_expected_tokens(p, L):
     """E[min(A, L)] + 1 by enumerating every accept/reject pattern of the draft's positions."""
     n = len(p)
     tot = 0.0
     for bits in itertools.product([0, 1], repeat=n):
         pr = np.prod([p[i] if b else 1 - p[i] for i, b in enumerate(bits)])
-        a = next((i for i, b in enumerate(bits) if not b), n)   # leading accepted run
+        a = next((i for i, b in enumerate(bits) if not b), n)  # leading accepted run
         tot += pr * (min(a, L) + 1)
     return tot
 
@@ -171,16 +200,16 @@ def _seeded_spec_select(p_true, timing, lookup, k):
     """A SpecSelect whose per-prompt tables hold exactly p_true (hits/trials set by hand)."""
     D = len(p_true)
     pol = SpecSelect(explore=0.0, lookup=lookup)
-    pol.reset([f"d{i}" for i in range(D)], ["w"], dict(timing, k=k))
+    pol.reset([f"d{i}" for i in range(D)], ["w"], timing_of(dict(timing, k=k)))
     c = ctx(D=D, draft_len=np.full(D, k))
-    pol.choose(c)   # builds the tables
+    pol.choose(c)  # builds the tables
     set_rates(pol, 0, p_true)
     return pol
 
 
 def set_rates(pol, prompt, p, weight=1000.0):
     p = np.asarray(p, float)
-    pol.state_[prompt] = _Tables((p * weight).tolist(), np.full_like(p, weight).tolist(), [1.0] * len(p))
+    pol.state_[prompt] = SpecTables((p * weight).tolist(), np.full_like(p, weight).tolist(), [1.0] * len(p))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -188,21 +217,26 @@ def test_spec_select_cut_matches_brute_force(seed):
     rng = np.random.default_rng(seed)
     k, D = 4, 3
     p_true = rng.uniform(0.2, 0.99, (D, k))
-    timing = {"verify_ms": {"tokens": [1, 3, 5], "ms": sorted(rng.uniform(5, 15, 3))},
-              "drafter_ms": {"d0": float(rng.uniform(0, 0.3)), "d1": float(rng.uniform(0.5, 4)),
-                             "d2": float(rng.uniform(0.5, 4))}}
+    timing = {
+        "verify_ms": {"tokens": [1, 3, 5], "ms": sorted(rng.uniform(5, 15, 3))},
+        "drafter_ms": {
+            "d0": float(rng.uniform(0, 0.3)),
+            "d1": float(rng.uniform(0.5, 4)),
+            "d2": float(rng.uniform(0.5, 4)),
+        },
+    }
     lookup = ["d0"]
     pol = _seeded_spec_select(p_true, timing, lookup, k)
     n0 = int(rng.integers(0, k + 1))
     draft_len = np.array([n0, k, k])
     got = pol.choose(ctx(D=D, draft_len=draft_len))
-    st = StepTime.from_timing(pol.drafters_, pol.is_lookup_, timing)
+    st = StepTime.from_timing(pol.drafters_, pol.is_lookup_, timing_of(timing))
     look_ms = st.drafter_ms[0]
     best, arg = -np.inf, None
     for d in range(D):
-        for L in (range(draft_len[d] + 1) if d == 0 else [k]):
+        for L in range(draft_len[d] + 1) if d == 0 else [k]:
             ms = float(st.verify(L + 1)) + look_ms + (0.0 if d == 0 else st.drafter_ms[d])
-            v = math.log(brute_expected_tokens(p_true[d, :max(L, 1)], L) / ms)
+            v = math.log(brute_expected_tokens(p_true[d, : max(L, 1)], L) / ms)
             if v > best + 1e-12:
                 best, arg = v, (d, L)
     want = arg if arg[0] == 0 else arg[0]
@@ -211,20 +245,20 @@ def test_spec_select_cut_matches_brute_force(seed):
 
 def test_spec_select_learns_positions_from_used_unused_and_cut_drafts():
     pol = SpecSelect(explore=0.0, decay=1.0, prior=1.0, lookup=["d0"])
-    pol.reset(["d0", "d1"], ["w"], {"k": 4})
+    pol.reset(["d0", "d1"], ["w"], Timing(k=4))
     c = ctx(D=2, draft_len=[4, 4])
     pol.choose(c)
     base = pol._state(0).counts()
-    pol.cut_ = (1, -1)                        # the model drafter was used: both are seen
+    pol.cut_ = (1, -1)  # the model drafter was used: both are seen
     pol.update(c, 1, np.array([2.0, 1.0]), np.ones(2, bool))
     s = pol._state(0).counts() - base
-    assert np.array_equal(s[0], [[1, 1, 0, 0], [1, 1, 1, 0]])   # lookup: 2 accepted, rejected at 2
+    assert np.array_equal(s[0], [[1, 1, 0, 0], [1, 1, 1, 0]])  # lookup: 2 accepted, rejected at 2
     assert np.array_equal(s[1], [[1, 0, 0, 0], [1, 1, 0, 0]])
-    pol.cut_ = (0, 2)                         # lookup draft cut at 2 and accepted to the cut: censored
+    pol.cut_ = (0, 2)  # lookup draft cut at 2 and accepted to the cut: censored
     pol.update(c, 0, np.array([2.0, 3.0]), np.ones(2, bool))
     s2 = pol._state(0).counts() - base - s
     assert np.array_equal(s2[0], [[1, 1, 0, 0], [1, 1, 0, 0]])
-    assert not s2[1].any()          # an unused model drafter was never called
+    assert not s2[1].any()  # an unused model drafter was never called
 
 
 def test_spec_select_batch_respects_the_slowdown_limit_and_reduces_to_single():
@@ -249,8 +283,20 @@ def test_spec_select_batch_respects_the_slowdown_limit_and_reduces_to_single():
 
 def test_make_policies_has_every_name():
     names = {p.name for p in make_policies()}
-    assert names == {"ucb_stream", "exp3_stream", "hedge_stream", "normalhedge", "ucbspec", "exp3spec", "hedge_query",
-                     "thompson_ctx", "hedge_ctx", "linucb", "spec_select", "random"}
+    assert names == {
+        "ucb_stream",
+        "exp3_stream",
+        "hedge_stream",
+        "normalhedge",
+        "ucbspec",
+        "exp3spec",
+        "hedge_query",
+        "thompson_ctx",
+        "hedge_ctx",
+        "linucb",
+        "spec_select",
+        "random",
+    }
     assert UCBSpec(reward="throughput").name == "ucbspec_throughput"
     assert UCBSpec(reward="throughput").clone(random_state=3).name == "ucbspec_throughput"
     with pytest.raises(ValueError, match="reward"):
@@ -259,11 +305,12 @@ def test_make_policies_has_every_name():
 
 # ---------------------------------------------------------------- published per-request rules (BanditSpec, HedgeSpec)
 
+
 def play_prompts(pol, prompts, A, D=3, timing=None, draft_len=None):
     """Replay (B, D) accepted rows with their prompt index, in order; the chosen drafter per row.
 
     `draft_len` (D,) is every block's draft lengths (default: k for every drafter)."""
-    pol.reset([f"d{i}" for i in range(D)], ["w"], {"k": K} if timing is None else timing)
+    pol.reset([f"d{i}" for i in range(D)], ["w"], timing_of({"k": K} if timing is None else timing))
     chosen = np.empty(len(prompts), int)
     for i, p in enumerate(prompts):
         c = ctx(prompt=int(p), D=D, draft_len=draft_len)
@@ -282,10 +329,13 @@ def state(pol):
 def test_per_request_rules_restart_at_a_new_prompt(make):
     """After the first choice of a new prompt the statistics are a fresh learner's, and what the
     learner does on prompt 1 does not depend on what prompt 0 showed it."""
-    timing = {"k": K, "verify_ms": {"tokens": [1, K + 1], "ms": [10.0, 12.0]},
-              "drafter_ms": {"d0": 3.0, "d1": 1.0, "d2": 0.05}}
+    timing = {
+        "k": K,
+        "verify_ms": {"tokens": [1, K + 1], "ms": [10.0, 12.0]},
+        "drafter_ms": {"d0": 3.0, "d1": 1.0, "d2": 0.05},
+    }
     _, A0 = stream([[4.0, 2.0, 1.0]], 200, 20)
-    _, B0 = stream([[0.5, 1.0, 6.0]], 200, 21)        # a different first prompt, same length
+    _, B0 = stream([[0.5, 1.0, 6.0]], 200, 21)  # a different first prompt, same length
     _, A1 = stream([[1.0, 5.0, 2.0]], 150, 22)
     prompts = np.r_[np.zeros(200, int), np.ones(150, int)]
     a, b = make(), make()
@@ -294,10 +344,12 @@ def test_per_request_rules_restart_at_a_new_prompt(make):
     assert not np.array_equal(ca[:200], cb[:200])
     # one uniform per choice (or none) keeps the generators in step, so prompt 1 replays identically
     assert np.array_equal(ca[200:], cb[200:])
-    assert all(np.allclose(x, y) if isinstance(x, list) else x == y for x, y in zip(state(a).values(), state(b).values()))
+    assert all(
+        np.allclose(x, y) if isinstance(x, list) else x == y for x, y in zip(state(a).values(), state(b).values())
+    )
     # the state right after the first choice of prompt 1 is a fresh learner's state after its first choice
     fresh = make()
-    fresh.reset(["d0", "d1", "d2"], ["w"], timing)
+    fresh.reset(["d0", "d1", "d2"], ["w"], timing_of(timing))
     fresh.choose(ctx(prompt=7))
     c = make()
     play_prompts(c, np.zeros(200, int), A0, timing=timing)
@@ -323,29 +375,31 @@ def test_ucbspec_round_robin_then_the_bonus_of_eq_6_by_hand():
     L, delta = 4, 0.5
     acc = [[3, 0, 1], [2, 4, 0], [1, 1, 1], [0, 2, 4], [4, 4, 4], [2, 0, 3], [1, 3, 2], [0, 0, 0]]
     pol = UCBSpec(delta=delta)
-    pol.reset(["a", "b", "c"], ["w"], {"k": L})
+    pol.reset(["a", "b", "c"], ["w"], Timing(k=L))
     n, s = [0, 0, 0], [0.0, 0.0, 0.0]
     for t, row in enumerate(acc):
         c = ctx(prompt=0)
         d = pol.choose(c)
         if t < 3:
-            assert d == t                                 # round robin first
+            assert d == t  # round robin first
         else:
             want = []
             for i in range(3):
                 # eq. (6): (L/2) sqrt((1+n)/n^2 (1 + 2 log(K t^2 (1+n)^(1/2) / delta)))
-                rad = (L / 2) * math.sqrt((1 + n[i]) / n[i] ** 2 * (1 + 2 * math.log(3 * t ** 2 * math.sqrt(1 + n[i]) / delta)))
+                rad = (L / 2) * math.sqrt(
+                    (1 + n[i]) / n[i] ** 2 * (1 + 2 * math.log(3 * t**2 * math.sqrt(1 + n[i]) / delta))
+                )
                 want.append(s[i] / n[i] + rad)
             assert np.allclose(pol.ucb_, want)
             assert d == int(np.argmax(want))
         pol.update(c, d, np.where(np.arange(3) == d, np.array(row, float), np.nan), np.arange(3) == d)
         n[d] += 1
-        s[d] += row[d] + 1                                # Y = accepted + the bonus token
+        s[d] += row[d] + 1  # Y = accepted + the bonus token
     assert pol.n_ == n and np.allclose(pol.sum_, s)
     # one number worked out on paper: after rounds a, b, c (Y = 4, 5, 2), t = 3, n = 1 each:
     # radius 2 sqrt(2 (1 + 2 ln(3 * 9 * sqrt(2) / 0.5))) = 2 sqrt(2 (1 + 2 * 4.3356)) = 8.7960
     fresh = UCBSpec(delta=delta)
-    fresh.reset(["a", "b", "c"], ["w"], {"k": L})
+    fresh.reset(["a", "b", "c"], ["w"], Timing(k=L))
     for t, y in enumerate([3, 4, 1]):
         c = ctx(prompt=0)
         assert fresh.choose(c) == t
@@ -384,7 +438,7 @@ def test_exp3spec_probabilities_by_hand():
     rng = np.random.default_rng(5)
     acc = rng.integers(0, L + 1, (40, Kd)).astype(float)
     pol = EXP3Spec(random_state=9)
-    pol.reset(["a", "b", "c"], ["w"], {"k": L})
+    pol.reset(["a", "b", "c"], ["w"], Timing(k=L))
     Z = np.zeros(Kd)
     for t, row in enumerate(acc, start=1):
         c = ctx(prompt=0)
@@ -411,9 +465,9 @@ def test_hedge_query_weights_are_softmax_of_within_prompt_rewards_and_restart():
     play_prompts(pol, prompts, np.r_[A0, A1])
     pol.choose(ctx(prompt=1))
     eta = math.sqrt(8 * math.log(3) / 81)
-    ref = np.exp(eta * ((A1 + 1) / (K + 1)).sum(0))     # prompt 1's 80 blocks only
+    ref = np.exp(eta * ((A1 + 1) / (K + 1)).sum(0))  # prompt 1's 80 blocks only
     assert np.allclose(np.array(pol.w_) / sum(pol.w_), ref / ref.sum())
-    pol.choose(ctx(prompt=2))                           # a new query: uniform again
+    pol.choose(ctx(prompt=2))  # a new query: uniform again
     assert np.allclose(pol.w_, 1.0) and pol.t_ == 0
     # stream Hedge on the same data keeps prompt 0 in its weights
     h = Hedge()

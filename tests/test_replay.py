@@ -1,4 +1,5 @@
 """Replay statistics by hand, the trajectory oracle against brute force, the feedback model, the CLI."""
+
 import itertools
 import json
 from dataclasses import replace
@@ -7,9 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bandit.logs import BlockTable, _is_dense, load_logs
-from bandit.replay import (Context, FixedPolicy, block_replay, fixed_trajectory, mean_table, summarize,
-                           trajectory_oracle, trajectory_replay)
+from bandit.logs import load_logs
+from bandit.table import BlockTable, is_dense
+from bandit.replay import mean_table, summarize
+from bandit.schema import Context
+from bandit.trajectory import fixed_trajectory, trajectory_oracle
+from bandit.walk import FixedPolicy, block_replay, trajectory_replay
 from bandit.simulate import SimConfig, simulate_table, write_sim_run
 
 DATA = Path(__file__).parent / "data"
@@ -20,14 +24,29 @@ def _dense_table(acc_by_prompt: list[np.ndarray], workload_of_prompt=None) -> Bl
     D = acc_by_prompt[0].shape[1]
     prompt = np.concatenate([np.full(len(a), i, np.int32) for i, a in enumerate(acc_by_prompt)])
     pos = np.concatenate([np.arange(len(a)) for a in acc_by_prompt]).astype(np.int64)
-    wop = np.zeros(len(acc_by_prompt), np.int32) if workload_of_prompt is None else np.asarray(workload_of_prompt, np.int32)
+    wop = (
+        np.zeros(len(acc_by_prompt), np.int32)
+        if workload_of_prompt is None
+        else np.asarray(workload_of_prompt, np.int32)
+    )
     acc = np.concatenate(acc_by_prompt).astype(np.int32)
     R = len(pos)
-    return BlockTable(drafters=tuple(f"d{j}" for j in range(D)), workloads=tuple(f"w{i}" for i in range(wop.max() + 1)),
-                      prompt_ids=tuple(f"p{i}" for i in range(len(acc_by_prompt))), workload=wop[prompt], prompt=prompt,
-                      pos=pos, block=np.full(R, -1, np.int64), accepted=acc, draft_len=np.full((R, D), 8, np.int32),
-                      expected_accepted=np.full((R, D), np.nan), features=np.zeros((R, D, 4)),
-                      ms=np.full((R, D), np.nan), target_ms=np.full(R, np.nan), dense=_is_dense(prompt, pos))
+    return BlockTable(
+        drafters=tuple(f"d{j}" for j in range(D)),
+        workloads=tuple(f"w{i}" for i in range(wop.max() + 1)),
+        prompt_ids=tuple(f"p{i}" for i in range(len(acc_by_prompt))),
+        workload=wop[prompt],
+        prompt=prompt,
+        pos=pos,
+        block=np.full(R, -1, np.int64),
+        accepted=acc,
+        draft_len=np.full((R, D), 8, np.int32),
+        expected_accepted=np.full((R, D), np.nan),
+        features=np.zeros((R, D, 4)),
+        ms=np.full((R, D), np.nan),
+        target_ms=np.full(R, np.nan),
+        dense=is_dense(prompt, pos),
+    )
 
 
 def _brute_force_passes(acc: np.ndarray) -> int:
@@ -67,6 +86,7 @@ def test_oracle_equals_greedy_on_teacher_forced_logs():
     class Greedy(FixedPolicy):
         def choose(self, ctx):
             return int(np.argmax(t.accepted[np.flatnonzero((t.prompt == ctx.prompt) & (t.pos == ctx.pos))[0]]))
+
     assert trajectory_replay(t, Greedy(0)).passes.tolist() == trajectory_oracle(t).passes.tolist()
 
 
@@ -86,7 +106,7 @@ def test_cutting_a_draft_can_beat_every_whole_draft_trajectory():
     acc[0] = [4, 4]
     acc[1] = [10, 0]
     t = _dense_table([acc])
-    assert trajectory_oracle(t).passes.tolist() == [2]          # pos 0 cut to 0 accepted -> pos 1 -> +11 = 12
+    assert trajectory_oracle(t).passes.tolist() == [2]  # pos 0 cut to 0 accepted -> pos 1 -> +11 = 12
     assert min(fixed_trajectory(t, d).passes[0] for d in range(2)) > 2
 
 
@@ -96,7 +116,7 @@ def test_sparse_statistics_by_hand():
     np.testing.assert_allclose(s.table, [[2.0, 4 / 3], [0.5, 3.0]])
     np.testing.assert_allclose(s.pooled, [7 / 5, 10 / 5])
     assert s.best_fixed_name == "y" and s.n_blocks == 5 and s.n_prompts == 3
-    assert s.workload_oracle == pytest.approx((3 * 2.0 + 2 * 3.0) / 5)         # a uses x, b uses y
+    assert s.workload_oracle == pytest.approx((3 * 2.0 + 2 * 3.0) / 5)  # a uses x, b uses y
     assert s.workload_headroom == pytest.approx(2.4 / 2.0 - 1)
     assert s.per_block_oracle == pytest.approx((3 + 3 + 1 + 2 + 4) / 5)
     assert s.per_block_gap == pytest.approx(2.6 / 2.0 - 1)
@@ -110,7 +130,7 @@ def test_dense_statistics_and_trajectories_by_hand():
     # so the primary is the first drafter, x, and B = x's starts: q 0,3,4 and r 0,2
     assert s.best_fixed_name == "x" and s.n_blocks == 5
     np.testing.assert_allclose(s.pooled, [3 / 5, 1 / 5])
-    assert s.per_block_gap == pytest.approx(0.0)        # at x's own starts nothing beats x
+    assert s.per_block_gap == pytest.approx(0.0)  # at x's own starts nothing beats x
     # ...while the length-biased mean over every position says +50%
     assert s.per_position["per_block_gap_per_position"] == pytest.approx(6 / 8 / 0.5 - 1)
     # oracle: q 0 -y-> 2 -y-> 5, r 0 -x-> 2 -> 3: 4 passes; greedy: q 0 -x-> 3 -> 4 -> 5, r as x: 5 passes
@@ -122,12 +142,15 @@ def test_dense_statistics_and_trajectories_by_hand():
 def _two_workloads() -> BlockTable:
     # w0/p0: d0 accepts everything at 0 (1 pass), d1 0 -> 1 -> 4 (2 passes);
     # w1/p1: d0 accepts nothing (4 passes), d1 0 -> 2 -> 4 (2 passes). Primary d1 (4 passes against 5).
-    return _dense_table([np.array([[3, 0], [0, 2], [0, 0], [0, 0]]), np.array([[0, 1], [0, 0], [0, 1], [0, 0]])],
-                        workload_of_prompt=[0, 1])
+    return _dense_table(
+        [np.array([[3, 0], [0, 2], [0, 0], [0, 0]]), np.array([[0, 1], [0, 0], [0, 1], [0, 0]])],
+        workload_of_prompt=[0, 1],
+    )
 
 
 def test_positional_and_trajectory_statistics_disagree_by_construction():
     from bandit import trajectory
+
     t = _two_workloads()
     assert trajectory.primary(t) == 1
     b = trajectory.block_set(t)
@@ -135,8 +158,8 @@ def test_positional_and_trajectory_statistics_disagree_by_construction():
     s = summarize(t)
     assert s.best_fixed_name == "d1" and s.n_blocks == 4
     np.testing.assert_allclose(s.table, [[1.5, 1.0], [0.0, 1.0]])
-    assert s.per_block_gap == pytest.approx(7 / 4 - 1)                                   # blocks: max 3, 2, 1, 1
-    assert s.per_position["per_block_gap_per_position"] == pytest.approx(7 / 8 / 0.5 - 1)   # positions: 3,2,0,0,1,0,1,0
+    assert s.per_block_gap == pytest.approx(7 / 4 - 1)  # blocks: max 3, 2, 1, 1
+    assert s.per_position["per_block_gap_per_position"] == pytest.approx(7 / 8 / 0.5 - 1)  # positions: 3,2,0,0,1,0,1,0
     # workloads on their own best: w0 d0 (1 pass), w1 d1 (2): 8 tokens in 3 passes against d1's 8 in 4
     assert s.workload_headroom == pytest.approx((8 / 3) / 2 - 1)
     assert s.per_position["workload_headroom_per_position"] == pytest.approx(0.625 / 0.5 - 1)
@@ -147,6 +170,7 @@ def test_positional_and_trajectory_statistics_disagree_by_construction():
 def test_block_marks_do_not_change_dense_numbers():
     """Marks equal to the primary's starts, other marks, or none: a dense log's numbers are the same."""
     from bandit import trajectory
+
     t = _two_workloads()
     starts = trajectory.fixed_starts(t)
     base = summarize(t).to_json()
@@ -157,6 +181,7 @@ def test_block_marks_do_not_change_dense_numbers():
 
 def test_sparse_log_of_the_primarys_starts_agrees_with_the_dense_log():
     from bandit import trajectory
+
     t = _two_workloads()
     b = trajectory.block_set(t)
     sparse = replace(b, dense=False)
@@ -201,14 +226,14 @@ def test_block_replay_feedback_model():
     assert r.reward.tolist() == [1, 3, 0, 2, 4] and r.cluster.tolist() == [0, 0, 1, 2, 2]
     ctx0, _, acc, obs = bandit.seen[0]
     assert np.isnan(ctx0.prev_accepted).all() and np.isnan(ctx0.prev_features).all()  # first block
-    assert obs.tolist() == [False, True] and np.isnan(acc[0]) and acc[1] == 1          # bandit feedback
+    assert obs.tolist() == [False, True] and np.isnan(acc[0]) and acc[1] == 1  # bandit feedback
     ctx1 = bandit.seen[1][0]
     assert np.isnan(ctx1.prev_accepted[0]) and ctx1.prev_accepted[1] == 1 and ctx1.pos == 4
     assert np.isnan(ctx1.prev_features[0]).all() and not np.isnan(ctx1.prev_features[1]).any()
-    assert full.seen[0][2].tolist() == [3, 1] and full.seen[0][3].all()                 # full information
-    assert np.isnan(bandit.seen[2][0].prev_accepted).all()                              # a new prompt
+    assert full.seen[0][2].tolist() == [3, 1] and full.seen[0][3].all()  # full information
+    assert np.isnan(bandit.seen[2][0].prev_accepted).all()  # a new prompt
     cut = block_replay(t, Recorder(1, False, cut=2))
-    assert cut.reward.tolist() == [1, 2, 0, 2, 2] and cut.cut.tolist() == [2] * 5       # accepts min(a, L)
+    assert cut.reward.tolist() == [1, 2, 0, 2, 2] and cut.cut.tolist() == [2] * 5  # accepts min(a, L)
 
 
 def test_block_replay_prompt_order():
@@ -238,6 +263,7 @@ def test_cli_replay_json_equals_independent_computation(tmp_path):
     from typer.testing import CliRunner
     from bandit.cli import app
     import gzip
+
     path = write_sim_run(SimConfig(n_prompts=2, out_len=40, seed=12), tmp_path / "run")
     names = ["cascade", "dflash", "ngram"]
     r = CliRunner().invoke(app, ["replay", str(path), "--json", "--drafters", ",".join(names), "--resamples", "0"])
@@ -256,7 +282,7 @@ def test_cli_replay_json_equals_independent_computation(tmp_path):
                 starts[d].append(by[(w, p, pos)])
                 pos += by[(w, p, pos)]["drafts"][d]["accepted"] + 1
         assert out["trajectory"][d] == pytest.approx(sum(lengths.values()) / len(starts[d]))
-    best = min(names, key=lambda d: (len(starts[d]), names.index(d)))      # fewest passes, first on ties
+    best = min(names, key=lambda d: (len(starts[d]), names.index(d)))  # fewest passes, first on ties
     assert out["primary"] == best
     blocks = starts[best]
     acc = {d: [x["drafts"][d]["accepted"] for x in blocks] for d in names}
@@ -265,7 +291,9 @@ def test_cli_replay_json_equals_independent_computation(tmp_path):
     per_block = sum(max(x["drafts"][d]["accepted"] for d in names) for x in blocks) / len(blocks)
     assert out["per_block_gap"] == pytest.approx(per_block / pooled[best] - 1)
     wls = sorted({x["workload"] for x in blocks})
-    table = {w: {d: np.mean([x["drafts"][d]["accepted"] for x in blocks if x["workload"] == w]) for d in names} for w in wls}
+    table = {
+        w: {d: np.mean([x["drafts"][d]["accepted"] for x in blocks if x["workload"] == w]) for d in names} for w in wls
+    }
     for w in wls:
         assert out["table"][w] == pytest.approx(table[w])
     passes_w = {w: {d: sum(x["workload"] == w for x in starts[d]) for d in names} for w in wls}
@@ -273,8 +301,17 @@ def test_cli_replay_json_equals_independent_computation(tmp_path):
     oracle = sum(tok_w.values()) / sum(min(passes_w[w].values()) for w in wls)
     assert out["workload_headroom"] == pytest.approx(oracle / out["trajectory"][best] - 1)
     assert out["trajectory"]["oracle"] >= max(out["trajectory"][d] for d in names)
-    assert set(out) >= {"table", "pooled", "primary", "workload_headroom", "per_block_gap", "n_blocks", "trajectory",
-                        "per_position", "block_set"}
+    assert set(out) >= {
+        "table",
+        "pooled",
+        "primary",
+        "workload_headroom",
+        "per_block_gap",
+        "n_blocks",
+        "trajectory",
+        "per_position",
+        "block_set",
+    }
 
 
 def test_shipped_sim_campaign_is_reproducible(tmp_path):

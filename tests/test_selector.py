@@ -1,5 +1,6 @@
 """The selector: frontier area against scikit-learn's AUC and brute force, the operating point against an exhaustive
 search, no path from held-out outcomes to a fold's rule, weights as repeated prompts, planted signal."""
+
 import itertools
 from dataclasses import replace
 
@@ -7,8 +8,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from bandit import ci, selector, trajectory
-from bandit.breakeven import Costs
+from bandit import bootstrap, selector_fit  # moved by the layering
+from bandit import selector, trajectory
+from bandit.costmodel import Costs
 from bandit.simulate import SimConfig, simulate_table
 
 
@@ -23,11 +25,11 @@ def test_frontier_area_of_a_binary_gain_is_the_gains_curve_of_the_auc():
     for trial in range(5):
         up = (rng.random(400) < 0.3).astype(float)
         s = up * rng.normal(1.0, 1.0, 400) + rng.normal(0, 1, 400)
-        s = np.round(s, 1)                    # ties: roc_auc_score counts a tie as one half, as our linear step does
+        s = np.round(s, 1)  # ties: roc_auc_score counts a tie as one half, as our linear step does
         pi = up.mean()
         want = pi / 2 + (1 - pi) * roc_auc_score(up, s)
-        assert selector.frontier_area(s, np.ones(400), up) == pytest.approx(want, abs=1e-12)
-        assert selector.frontier_area(-s, np.ones(400), up) < 0.5 < want
+        assert selector_fit.frontier_area(s, np.ones(400), up) == pytest.approx(want, abs=1e-12)
+        assert selector_fit.frontier_area(-s, np.ones(400), up) < 0.5 < want
 
 
 def test_frontier_area_with_ties_is_the_mean_over_tie_orders():
@@ -42,11 +44,11 @@ def test_frontier_area_with_ties_is_the_mean_over_tie_orders():
         return np.sum(np.diff(R) * (C[1:] + C[:-1]) / 2)
 
     areas = [step_area([0, *p, 4, 5]) for p in itertools.permutations([1, 2, 3])]
-    assert selector.frontier_area(s, w, up) == pytest.approx(np.mean(areas))
+    assert selector_fit.frontier_area(s, w, up) == pytest.approx(np.mean(areas))
     # a weight-2 block is two copies of it
     s2, up2 = np.r_[s, 2.0], np.r_[up, 2.0]
     w2 = np.r_[w[0], 1.0, w[2:], 1.0]
-    assert selector.frontier_area(s2, w2, up2) == pytest.approx(selector.frontier_area(s, w, up))
+    assert selector_fit.frontier_area(s2, w2, up2) == pytest.approx(selector_fit.frontier_area(s, w, up))
 
 
 def _costs(D, rho, union):
@@ -63,9 +65,9 @@ def test_operating_point_is_the_exhaustive_best():
         w = rng.integers(0, 3, n).astype(float)
         costs = _costs(D, rng.uniform(0, 0.3, D), np.r_[0, 0, np.sort(rng.uniform(0, 0.6, D - 1))])
         p = int(rng.integers(D))
-        rule = selector.choose_rule(s, w, tau, p, costs)
+        rule = selector_fit.choose_rule(s, w, tau, p, costs)
         best, best_rule = 1.0, ((), np.inf)
-        for alts in selector.alternative_sets(D, p):
+        for alts in selector_fit.alternative_sets(D, p):
             for thr in np.unique(s[w > 0]):
                 r = s >= thr
                 g = (w * r) @ (tau[:, list(alts) + [p]].max(1) - tau[:, p]) / (w @ tau[:, p])
@@ -83,14 +85,16 @@ def test_operating_point_is_the_exhaustive_best():
 
 
 def test_sets_searched():
-    assert selector.alternative_sets(4, 1) == [(0,), (2,), (3,), (0, 2), (0, 3), (2, 3), (0, 2, 3)]
-    assert selector.alternative_sets(2, 0) == [(1,)]
+    assert selector_fit.alternative_sets(4, 1) == [(0,), (2,), (3,), (0, 2), (0, 3), (2, 3), (0, 2, 3)]
+    assert selector_fit.alternative_sets(2, 0) == [(1,)]
 
 
 def test_expensive_redrafts_give_a_degenerate_never_rule(table):
     D = len(table.drafters)
-    res = selector.nested(table, np.ones((1, table.n_prompts)), costs=_costs(D, [5.0] * D, np.r_[0, 0, [9.0] * (D - 1)]))
-    for s in selector.SCORES:
+    res = selector_fit.nested(
+        table, np.ones((1, table.n_prompts)), costs=_costs(D, [5.0] * D, np.r_[0, 0, [9.0] * (D - 1)])
+    )
+    for s in selector_fit.SCORES:
         for g in range(len(table.workloads)):
             assert res.rules[s][g][0].kind == "never"
             assert res.outcome(s, g)["redraft_rate"][0] == 0
@@ -99,26 +103,30 @@ def test_expensive_redrafts_give_a_degenerate_never_rule(table):
 
 def test_held_out_outcomes_cannot_move_the_fold_rule(table):
     """Scramble one workload's accepted lengths: its own fold's primary and rule stay; another fold's move."""
-    base = selector.nested(table, np.ones((1, table.n_prompts)), scores=("logistic", "conf_min"))
+    base = selector_fit.nested(table, np.ones((1, table.n_prompts)), scores=("logistic", "conf_min"))
     rng = np.random.default_rng(2)
     held = 1
     for victim, should_move in ((held, False), (2, True)):
         acc = table.accepted.copy()
         m = table.workload == victim
         acc[m] = rng.integers(0, 9, acc[m].shape)
-        poisoned = selector.nested(replace(table, accepted=acc), np.ones((1, table.n_prompts)),
-                                   scores=("logistic", "conf_min"))
+        poisoned = selector_fit.nested(
+            replace(table, accepted=acc), np.ones((1, table.n_prompts)), scores=("logistic", "conf_min")
+        )
         same = all(poisoned.rules[s][held][0] == base.rules[s][held][0] for s in ("logistic", "conf_min"))
         assert same != should_move
 
 
 def test_prompt_weights_equal_repeated_prompts(table):
     """Weight c on a prompt = the prompt present c times (the bootstrap's weights path against materialised copies)."""
-    units, strata = ci._units(table, "prompt")
-    counts = ci.resample_counts(strata, 1, seed=4)[0]
-    a = selector.nested(table, counts[None, :].astype(float), scores=("logistic", "ent_mean"))
-    b = selector.nested(ci.resample_table(table, counts, units), None or np.ones((1, int(counts.sum()))),
-                        scores=("logistic", "ent_mean"))
+    units, strata = bootstrap.cluster_units(table, "prompt")
+    counts = bootstrap.resample_counts(strata, 1, seed=4)[0]
+    a = selector_fit.nested(table, counts[None, :].astype(float), scores=("logistic", "ent_mean"))
+    b = selector_fit.nested(
+        bootstrap.resample_table(table, counts, units),
+        None or np.ones((1, int(counts.sum()))),
+        scores=("logistic", "ent_mean"),
+    )
     for s in ("logistic", "ent_mean"):
         np.testing.assert_allclose(a.areas[s], b.areas[s], atol=1e-9)
         for k in ("token_gain", "redraft_rate", "speedup"):
@@ -126,11 +134,11 @@ def test_prompt_weights_equal_repeated_prompts(table):
 
 
 def test_batched_resamples_equal_one_at_a_time(table):
-    units, strata = ci._units(table, "prompt")
-    counts = ci.resample_counts(strata, 3, seed=1).astype(float)
-    batch = selector.nested(table, counts, scores=("logistic",))
+    units, strata = bootstrap.cluster_units(table, "prompt")
+    counts = bootstrap.resample_counts(strata, 3, seed=1).astype(float)
+    batch = selector_fit.nested(table, counts, scores=("logistic",))
     for i in range(3):
-        one = selector.nested(table, counts[i:i + 1], scores=("logistic",))
+        one = selector_fit.nested(table, counts[i : i + 1], scores=("logistic",))
         np.testing.assert_allclose(batch.areas["logistic"][i], one.areas["logistic"][0], atol=1e-9)
         for rb, ro in zip((r[i] for r in batch.rules["logistic"]), (r[0] for r in one.rules["logistic"])):
             assert (rb.primary, rb.alts) == (ro.primary, ro.alts)
@@ -140,7 +148,7 @@ def test_batched_resamples_equal_one_at_a_time(table):
 def test_planted_signal_frontier_area_cis():
     """Confidence signal on chat, code and math, none on copy: the area CI above 0.5 on the three, containing it on copy."""
     t = simulate_table(SimConfig(n_prompts=30, out_len=80, shared=0.0, signal=(1.0, 1.0, 0.0, 1.0), seed=0))
-    e = {x.name: x.ci for x in ci.selector_entries(t, "prompt", 60, 0, "percentile")}
+    e = {x.name: x.ci for x in selector.selector_entries(t, "prompt", 60, 0, "percentile")}
     for w in ("chat", "code", "math"):
         assert e[f"selector_frontier_area[{w}]"].lo > 0.5, (w, e[f"selector_frontier_area[{w}]"])
     c = e["selector_frontier_area[copy]"]
@@ -149,23 +157,30 @@ def test_planted_signal_frontier_area_cis():
 
 def test_scores_and_workloads_checked(table):
     with pytest.raises(ValueError, match="score"):
-        selector.nested(table, np.ones((1, table.n_prompts)), scores=("oracle",))
-    one = table.take_prompts(np.isin(np.arange(table.n_prompts),
-                                     np.flatnonzero(table.workload[trajectory.prompt_rows(table)[0]] == 0)))
+        selector_fit.nested(table, np.ones((1, table.n_prompts)), scores=("oracle",))
+    one = table.take_prompts(
+        np.isin(np.arange(table.n_prompts), np.flatnonzero(table.workload[trajectory.prompt_rows(table)[0]] == 0))
+    )
     with pytest.raises(ValueError, match="two workloads"):
-        selector.nested(replace(one, workloads=one.workloads[:1]), np.ones((1, one.n_prompts)))
+        selector_fit.nested(replace(one, workloads=one.workloads[:1]), np.ones((1, one.n_prompts)))
 
 
 def test_main_prints_intervals_and_writes_beside_the_run(tmp_path):
     from bandit.simulate import write_sim_run
+
     write_sim_run(SimConfig(n_prompts=4, out_len=40, seed=2), tmp_path / "sim")
     before = set(tmp_path.rglob("*"))
     text = selector.main([tmp_path / "sim"], n_resamples=8, seed=1)
-    new = set(tmp_path.rglob("*")) - before                           # one run given: its outputs beside it
+    new = set(tmp_path.rglob("*")) - before  # one run given: its outputs beside it
     assert {p.relative_to(tmp_path).as_posix() for p in new} == {
-        "sim/selector.txt", "sim/selector_frontier.png", "sim/selector_frontier.csv"}
+        "sim/selector.txt",
+        "sim/selector_frontier.png",
+        "sim/selector_frontier.csv",
+    }
     rows = [x for x in text.splitlines() if x.startswith("| logistic | ")]
-    assert len(rows) == 1 + 4 + 1                                     # the area row, 4 folds, pooled
-    assert all("[" in x for x in rows if "undefined" not in x)        # every cell with its interval
+    assert len(rows) == 1 + 4 + 1  # the area row, 4 folds, pooled
+    assert all("[" in x for x in rows if "undefined" not in x)  # every cell with its interval
     out = selector.main([tmp_path / "sim"], n_resamples=8, seed=1, out_dir=tmp_path / "out")
-    assert (tmp_path / "out" / "selector.txt").read_text() in out and (tmp_path / "out" / "selector_frontier.png").exists()
+    assert (tmp_path / "out" / "selector.txt").read_text() in out and (
+        tmp_path / "out" / "selector_frontier.png"
+    ).exists()

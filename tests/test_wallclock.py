@@ -1,5 +1,6 @@
 """The live phase and the wall-clock model: live decodes equal the dense phase, the dense-log walk
 predicts their target passes exactly, a planted timing model is recovered, bad live files are refused."""
+
 import json
 import math
 
@@ -15,7 +16,8 @@ from harness.tiny import make_zoo, write_workload_file
 
 torch.set_num_threads(1)
 PROMPTS = [("code", f"c{i}", f"def f{i}(x):\n    return x * {i} + {i}\n\ndef g{i}(y):\n") for i in range(6)] + [
-    ("copy", f"p{i}", f"{'abcdefg'[i:]} {'xyz' * i} {'abcdefg'[i:]}") for i in range(5)]
+    ("copy", f"p{i}", f"{'abcdefg'[i:]} {'xyz' * i} {'abcdefg'[i:]}") for i in range(5)
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +26,16 @@ def run(tmp_path_factory):
     z = make_zoo(root)
     wl = write_workload_file(root / "wl.jsonl", PROMPTS)
     specs = [s for s in z["specs"] if not s.startswith("medusa")]
-    out = sweep.run_sweep(target=str(z["target"]), drafter=specs, workload_file=str(wl), out=str(root / "run"),
-                          k=4, max_new_tokens=40, quiet=True, live_prompts=3)
+    out = sweep.run_sweep(
+        target=str(z["target"]),
+        drafter=specs,
+        workload_file=str(wl),
+        out=str(root / "run"),
+        k=4,
+        max_new_tokens=40,
+        quiet=True,
+        live_prompts=3,
+    )
     return {"dir": out, "specs": specs, "z": z, "wl": wl, "root": root}
 
 
@@ -64,8 +74,13 @@ def test_a_planted_timing_model_is_recovered(run):
     call = {n: 0.5 + i for i, n in enumerate(t.drafters)}
     for r in live:
         r["draft_ms"] = {d: call[d] * c for d, c in r["calls"].items()}  # what timing every call would measure
-        r["wall_ms"] = (coef["prefill"] + coef["prompt_token"] * r["prompt_len"] + coef["pass"] * r["passes"]
-                        + coef["verified_token"] * r["verified"] + sum(r["draft_ms"].values()))
+        r["wall_ms"] = (
+            coef["prefill"]
+            + coef["prompt_token"] * r["prompt_len"]
+            + coef["pass"] * r["passes"]
+            + coef["verified_token"] * r["verified"]
+            + sum(r["draft_ms"].values())
+        )
     res = wallclock.evaluate(t, live, "planted", n_resamples=200)
     for e in res.entries:
         assert e["measured_over_predicted"] == pytest.approx(1.0, abs=1e-3)
@@ -88,14 +103,24 @@ def test_a_planted_timing_model_is_recovered(run):
 
 def test_live_phase_resumes_after_a_half_written_prompt(run, tmp_path):
     import shutil
+
     d = tmp_path / "copy"
     shutil.copytree(run["dir"], d)
     lines = (d / "live.jsonl").read_text().splitlines()
     (d / "live.jsonl").write_text("\n".join(lines[:-3]) + "\n" + lines[-3][:20])  # a prompt cut mid-way
-    sweep.run_sweep(target=str(run["z"]["target"]), drafter=run["specs"], workload_file=str(run["wl"]),
-                    out=str(d), k=4, max_new_tokens=40, quiet=True, live_prompts=3, resume=True)
+    sweep.run_sweep(
+        target=str(run["z"]["target"]),
+        drafter=run["specs"],
+        workload_file=str(run["wl"]),
+        out=str(d),
+        k=4,
+        max_new_tokens=40,
+        quiet=True,
+        live_prompts=3,
+        resume=True,
+    )
     timing = ("wall_ms", "prefill_ms", "verify_ms", "draft_ms")
-    strip = lambda rs: [{k: v for k, v in r.items() if k not in timing} for r in rs]  # noqa: E731
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in timing} for r in rs]
     assert strip(_live(d)) == strip(_live(run["dir"]))
 
 
@@ -107,19 +132,22 @@ def test_sample_is_seeded_and_order_free():
     assert livephase.sample(ps, 50, 0) == {(w, p) for w, p, _ in ps}
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda r: r.pop("wall_ms"), "wall_ms: missing field"),
-    (lambda r: r.pop("draft_ms"), "draft_ms: missing field"),
-    (lambda r: r.update(passes=1.5), "passes: 1.5 is not a count"),
-    (lambda r: r.update(passes=10**30), "passes: .* is not a count"),
-    (lambda r: r.update(config=["x"]), r"config: \['x'\] is not a name"),
-    (lambda r: r.update(workload=7), "workload: 7 is not a name"),
-    (lambda r: r.update(calls={"ngram": -5}), "calls: .* is not an object of call counts"),
-    (lambda r: r.update(draft_ms="x"), "draft_ms: 'x' is not an object of times"),
-    (lambda r: r.update(draft_ms={"ngram": math.nan}), "draft_ms: .* is not an object of times"),
-    (lambda r: r.update(wall_ms=math.nan), "not a positive number"),
-    (lambda r: r.update(wall_ms=-1), "not a positive number"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda r: r.pop("wall_ms"), "wall_ms: missing field"),
+        (lambda r: r.pop("draft_ms"), "draft_ms: missing field"),
+        (lambda r: r.update(passes=1.5), "passes: 1.5 is not a count"),
+        (lambda r: r.update(passes=10**30), "passes: .* is not a count"),
+        (lambda r: r.update(config=["x"]), r"config: \['x'\] is not a name"),
+        (lambda r: r.update(workload=7), "workload: 7 is not a name"),
+        (lambda r: r.update(calls={"ngram": -5}), "calls: .* is not an object of call counts"),
+        (lambda r: r.update(draft_ms="x"), "draft_ms: 'x' is not an object of times"),
+        (lambda r: r.update(draft_ms={"ngram": math.nan}), "draft_ms: .* is not an object of times"),
+        (lambda r: r.update(wall_ms=math.nan), "not a positive number"),
+        (lambda r: r.update(wall_ms=-1), "not a positive number"),
+    ],
+)
 def test_bad_live_lines_are_refused_with_their_line(run, tmp_path, edit, match):
     live = _live(run["dir"])
     edit(live[1])
@@ -145,6 +173,7 @@ def test_live_files_with_a_duplicate_or_a_missing_configuration_are_refused(run,
 
 def test_live_lines_that_do_not_match_the_dense_log_name_their_line(run, tmp_path):
     import shutil
+
     d = tmp_path / "r"
     shutil.copytree(run["dir"], d)
     live = _live(d)
@@ -160,14 +189,18 @@ def test_live_lines_that_do_not_match_the_dense_log_name_their_line(run, tmp_pat
 def test_one_prompt_per_workload_is_refused_not_nan(run, tmp_path):
     live = [r for r in _live(run["dir"]) if r["prompt_id"] in ("c0", "p0") or r["workload"] not in ("code", "copy")]
     keep = {(r["workload"], r["prompt_id"]) for r in live}
-    live = [r for r in _live(run["dir"]) if (r["workload"], r["prompt_id"]) in
-            {min(k for k in keep if k[0] == w) for w in {k[0] for k in keep}}]
+    live = [
+        r
+        for r in _live(run["dir"])
+        if (r["workload"], r["prompt_id"]) in {min(k for k in keep if k[0] == w) for w in {k[0] for k in keep}}
+    ]
     with pytest.raises(LogError, match="needs at least 2 per workload"):
         wallclock.evaluate(load_logs([run["dir"]]), live, n_resamples=20)
 
 
 def test_one_configuration_writes_valid_json(run, tmp_path):
     import shutil
+
     d = tmp_path / "r"
     shutil.copytree(run["dir"], d)
     (d / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _live(d) if r["config"] == "fixed:ngram"))

@@ -1,4 +1,5 @@
 """zoo corpus: deterministic for a seed, held-out split disjoint from training (CI never trains)."""
+
 import hashlib
 
 import pytest
@@ -16,6 +17,7 @@ def _digest(items):
 @pytest.fixture(scope="module")
 def items():
     from zoo.train import corpus_items
+
     return corpus_items()  # cached per process (the workloads test shares it)
 
 
@@ -67,6 +69,7 @@ def test_training_stream_uses_train_split_only(items):
 
 def test_math_solutions_are_correct():
     import re
+
     for it in C.math_items(3, 300)[0]:
         for a, op, b, c in re.findall(r"(\d+) ([-+*]) (\d+) = \$?(\d+)", it.text):
             assert eval(f"{a}{op}{b}") == int(c), it.text

@@ -1,34 +1,48 @@
 """The zoo cards' output-quality gates (`zoo.cards`): loop detection, per-workload output
 statistics from a run's progress.jsonl, and the gates built from them. No model is loaded."""
+
 import json
 import random
 import re
 
 import pytest
 
-from zoo.cards import (MAX_LOOP_SHARE, MIN_LONG_SHARE, MIN_OUTPUT, WELL_ABOVE_ZERO, ends_in_loop, output_gates,
-                       output_stats)
+from zoo.cards import (
+    MAX_LOOP_SHARE,
+    MIN_LONG_SHARE,
+    MIN_OUTPUT,
+    WELL_ABOVE_ZERO,
+    ends_in_loop,
+    output_gates,
+    output_stats,
+)
 
 
-@pytest.mark.parametrize("tokens, expected", [
-    ([7] * 4, True),                                   # period 1, exactly 4 repeats
-    ([1, 2] * 4, True),                                # period 2
-    ([1, 2, 3] * 4, True),                             # period 3
-    ([1, 2, 3, 4] * 4, True),                          # period 4
-    ([9, 8, 5, 6, 1, 2, 3, 4] + [5, 6, 7] * 4, True),  # a loop after a non-loop start
-    ([7] * 3, False),                                  # 3 repeats
-    ([1, 2] * 3, False),
-    ([1, 2, 3] * 3, False),
-    ([5, 1, 2, 3, 4] * 3 + [1, 2, 3, 4], False),       # 1,2,3,4 twice, after a period-5 loop
-    ([1, 2, 3, 4, 5] * 4, False),                      # period 5 is beyond max_period
-    ([1, 2, 3, 4, 5] * 10, False),
-    ([], False), ([3], False), ([3, 3], False), ([3, 3, 3], False),
-    ([1, 1, 1, 1, 2], False),                          # a loop that does not reach the end
-    ([1, 2] * 8 + [3], False),
-    (list(range(40)), False),
-    ([4, 1, 2, 1, 2, 1, 2, 1], False),                 # 2,1 three times, after 4,1
-    ([2, 1, 2, 1, 2, 1, 2, 1], True),
-])
+@pytest.mark.parametrize(
+    "tokens, expected",
+    [
+        ([7] * 4, True),  # period 1, exactly 4 repeats
+        ([1, 2] * 4, True),  # period 2
+        ([1, 2, 3] * 4, True),  # period 3
+        ([1, 2, 3, 4] * 4, True),  # period 4
+        ([9, 8, 5, 6, 1, 2, 3, 4] + [5, 6, 7] * 4, True),  # a loop after a non-loop start
+        ([7] * 3, False),  # 3 repeats
+        ([1, 2] * 3, False),
+        ([1, 2, 3] * 3, False),
+        ([5, 1, 2, 3, 4] * 3 + [1, 2, 3, 4], False),  # 1,2,3,4 twice, after a period-5 loop
+        ([1, 2, 3, 4, 5] * 4, False),  # period 5 is beyond max_period
+        ([1, 2, 3, 4, 5] * 10, False),
+        ([], False),
+        ([3], False),
+        ([3, 3], False),
+        ([3, 3, 3], False),
+        ([1, 1, 1, 1, 2], False),  # a loop that does not reach the end
+        ([1, 2] * 8 + [3], False),
+        (list(range(40)), False),
+        ([4, 1, 2, 1, 2, 1, 2, 1], False),  # 2,1 three times, after 4,1
+        ([2, 1, 2, 1, 2, 1, 2, 1], True),
+    ],
+)
 def test_ends_in_loop_hand_made(tokens, expected):
     assert ends_in_loop(tokens) is expected
     assert ends_in_loop(tuple(tokens)) is expected
@@ -47,10 +61,14 @@ def _brute_loop(tokens, max_period=4, min_repeats=4):
     against an explicit comparison of slices."""
     s = "".join(chr(ord("a") + t) for t in tokens)
     by_regex = any(re.search(r"(.{%d})\1{%d}\Z" % (p, min_repeats - 1), s) for p in range(1, max_period + 1))
-    by_slices = any(len(tokens) >= min_repeats * p
-                    and all(tokens[len(tokens) - (r + 1) * p:len(tokens) - r * p] == tokens[len(tokens) - p:]
-                            for r in range(min_repeats))
-                    for p in range(1, max_period + 1))
+    by_slices = any(
+        len(tokens) >= min_repeats * p
+        and all(
+            tokens[len(tokens) - (r + 1) * p : len(tokens) - r * p] == tokens[len(tokens) - p :]
+            for r in range(min_repeats)
+        )
+        for p in range(1, max_period + 1)
+    )
     assert by_regex == by_slices, tokens
     return by_regex
 
@@ -77,15 +95,18 @@ def _write(path, lines):
 
 
 def test_output_stats_counts_per_workload(tmp_path):
-    p = _write(tmp_path / "progress.jsonl", [
-        {"workload": "code", "prompt_id": "c0", "n": 1, "output": [5]},
-        {"workload": "code", "prompt_id": "c1", "n": 20, "output": [1, 2] * 10},       # long, a loop
-        {"workload": "math", "prompt_id": "m0", "n": 16, "output": list(range(16))},  # long, no loop
-        {"workload": "code", "prompt_id": "c2", "n": 15, "output": list(range(15))},  # 15 < 16
-        {"workload": "math", "prompt_id": "m1", "n": 3},                              # no output: skipped
-        "",                                                                           # blank line
-        {"workload": "math", "prompt_id": "m2", "n": 4, "output": [0, 0, 0, 0]},      # short loop
-    ])
+    p = _write(
+        tmp_path / "progress.jsonl",
+        [
+            {"workload": "code", "prompt_id": "c0", "n": 1, "output": [5]},
+            {"workload": "code", "prompt_id": "c1", "n": 20, "output": [1, 2] * 10},  # long, a loop
+            {"workload": "math", "prompt_id": "m0", "n": 16, "output": list(range(16))},  # long, no loop
+            {"workload": "code", "prompt_id": "c2", "n": 15, "output": list(range(15))},  # 15 < 16
+            {"workload": "math", "prompt_id": "m1", "n": 3},  # no output: skipped
+            "",  # blank line
+            {"workload": "math", "prompt_id": "m2", "n": 4, "output": [0, 0, 0, 0]},  # short loop
+        ],
+    )
     st = output_stats(p)
     assert list(st) == ["code", "math"]
     assert {k: st["code"][k] for k in ("n", "ge16", "loop")} == {"n": 3, "ge16": 1, "loop": 1}
@@ -95,11 +116,20 @@ def test_output_stats_counts_per_workload(tmp_path):
     assert output_stats(_write(tmp_path / "empty.jsonl", [])) == {}
 
 
-@pytest.mark.parametrize("bad", ['{"workload": "code", "output": [1, 2', "not json", "[1, 2]",
-                                 '{"prompt_id": "x", "output": [1]}', '{"workload": "code", "output": 3}'])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"workload": "code", "output": [1, 2',
+        "not json",
+        "[1, 2]",
+        '{"prompt_id": "x", "output": [1]}',
+        '{"workload": "code", "output": 3}',
+    ],
+)
 def test_output_stats_names_the_malformed_line(tmp_path, bad):
-    p = _write(tmp_path / "progress.jsonl", [{"workload": "code", "output": [1]}, "", bad,
-                                              {"workload": "code", "output": [2]}])
+    p = _write(
+        tmp_path / "progress.jsonl", [{"workload": "code", "output": [1]}, "", bad, {"workload": "code", "output": [2]}]
+    )
     with pytest.raises(ValueError, match=re.escape(f"{p}:3:")):
         output_stats(p)
 
@@ -127,7 +157,7 @@ def test_output_length_gate_fails_on_one_short_workload():
     assert not lok and pok
     assert ldetail == "code 32.3% (under 95%), chat 96.7%, math 94.5% (under 95%)"
     assert not _gates(_stats(code=(200, 189, 0)))[0]  # just under: 94.5%
-    assert _gates(_stats(code=(20, 19, 0)))[0]        # exactly 95%
+    assert _gates(_stats(code=(20, 19, 0)))[0]  # exactly 95%
 
 
 def test_loop_gate_is_pooled_and_names_workloads_over_the_limit():

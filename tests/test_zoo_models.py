@@ -1,5 +1,6 @@
 """zoo weights: the committed models load offline (safetensors), the tokenizer round-trips and
 has a chat template, and the target beats a unigram baseline on held-out text."""
+
 import json
 import math
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from zoo import DRAFT_DIR, EAGLE_DIR, MEDUSA_DIR, TARGET_DIR, WORKLOADS, ZOO_DIR  # noqa: E402
+from zoo import DRAFT_DIR, EAGLE_DIR, MEDUSA_DIR, TARGET_DIR, WORKLOADS, ZOO_DIR
 
 
 def _need(d: Path):
@@ -27,11 +28,13 @@ def tok():
 def target():
     _need(TARGET_DIR)
     return transformers.AutoModelForCausalLM.from_pretrained(
-        str(TARGET_DIR), local_files_only=True, dtype=torch.float32).eval()
+        str(TARGET_DIR), local_files_only=True, dtype=torch.float32
+    ).eval()
 
 
 def test_weights_are_half_precision_safetensors_within_budget():
     from safetensors import safe_open
+
     total = 0
     for d in (TARGET_DIR, DRAFT_DIR, MEDUSA_DIR, EAGLE_DIR):
         _need(d)
@@ -42,7 +45,7 @@ def test_weights_are_half_precision_safetensors_within_budget():
             for k in st.keys():
                 assert st.get_slice(k).get_dtype() in ("F16", "BF16"), (f, k)
         assert (d / "README.md").exists(), f"{d} has no model card"
-    assert total <= 40 * 2 ** 20
+    assert total <= 40 * 2**20
 
 
 def test_target_and_draft_load_offline(target):
@@ -58,6 +61,7 @@ def test_target_and_draft_load_offline(target):
 
 def test_heads_load_on_target(target):
     from harness.heads import EagleHead, MedusaHeads
+
     m = MedusaHeads.load(MEDUSA_DIR, target)
     e = EagleHead.load(EAGLE_DIR, target)
     x = torch.tensor([[5, 6, 7, 8]])
@@ -69,8 +73,14 @@ def test_heads_load_on_target(target):
 
 def test_tokenizer_round_trip_and_chat_template(tok):
     from zoo.corpus import render_chat
-    for s in ["def f(x):\n    return x ** 2  # square\n", "Question: Ava has 3 apples.\nAnswer:",
-              "naïve café — ünïcödé ✓ 日本", "  leading and trailing spaces  ", "\t\ttabs\n\n"]:
+
+    for s in [
+        "def f(x):\n    return x ** 2  # square\n",
+        "Question: Ava has 3 apples.\nAnswer:",
+        "naïve café — ünïcödé ✓ 日本",
+        "  leading and trailing spaces  ",
+        "\t\ttabs\n\n",
+    ]:
         assert tok.decode(tok.encode(s, add_special_tokens=False)) == s
     assert len(tok) <= 8192
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
@@ -85,6 +95,7 @@ def test_target_beats_unigram_on_heldout_sample(tok, target):
     unigram model fitted to that very sample (an optimistic unigram baseline)."""
     import collections
     import torch.nn.functional as F
+
     for w in WORKLOADS:
         ids = []
         for line in (ZOO_DIR / "workloads" / f"{w}.jsonl").read_text().splitlines()[:40]:
@@ -109,6 +120,7 @@ def test_cards_acceptance_tables_are_generated_from_the_named_run():
     import re
 
     from zoo.cards import acceptance, render_gates
+
     text = (TARGET_DIR / "README.md").read_text()
     m = re.search(r"`runs/(zoo-[^/`]+)/`", text)
     assert m, "target card names no runs/zoo-* run"
@@ -126,6 +138,7 @@ def test_copy_probe_separates_a_copier_from_a_uniform_model():
     from types import SimpleNamespace
 
     from zoo.check import copy_probe
+
     V, L = 50, 12
 
     class Fake:
@@ -138,7 +151,7 @@ def test_copy_probe_separates_a_copier_from_a_uniform_model():
             T = input_ids.shape[1]
             logits = torch.zeros(1, T, V)
             if self.copier:
-                for t in range(L - 1, T - 1):   # predicts x[t+1] = x[t+1-L]
+                for t in range(L - 1, T - 1):  # predicts x[t+1] = x[t+1-L]
                     logits[0, t, input_ids[0, t + 1 - L]] = 50.0
             return SimpleNamespace(logits=logits)
 
@@ -156,8 +169,9 @@ def test_copy_probe_draws_spans_from_a_pool():
     import numpy as np
 
     from zoo.check import copy_probe
+
     V, L = 40, 10
-    pool = np.arange(5, 35)   # next token = this token + 1
+    pool = np.arange(5, 35)  # next token = this token + 1
 
     class Bigram:
         config = SimpleNamespace(vocab_size=V)
@@ -171,7 +185,7 @@ def test_copy_probe_draws_spans_from_a_pool():
 
     r = copy_probe(Bigram(), n=3, length=L, pool=pool)
     assert r["first"] < 1e-3 and r["source"] == "held-out corpus spans"
-    assert copy_probe(Bigram(), n=3, length=L)["first"] > 1.0   # uniform strings break the bigrams
+    assert copy_probe(Bigram(), n=3, length=L)["first"] > 1.0  # uniform strings break the bigrams
 
 
 def test_copy_drills_repeat_a_corpus_span_to_the_end():
@@ -180,6 +194,7 @@ def test_copy_drills_repeat_a_corpus_span_to_the_end():
     import numpy as np
 
     from zoo.train import DRILL_SPAN, copy_drills
+
     corpus = np.random.default_rng(0).integers(5, 4000, size=50_000).astype(np.uint16)
     a = copy_drills(corpus, 16, 128, seed=3, step=7)
     assert a.shape == (16, 129) and a.dtype == np.int64
@@ -187,8 +202,11 @@ def test_copy_drills_repeat_a_corpus_span_to_the_end():
     assert not np.array_equal(a, copy_drills(corpus, 16, 128, seed=3, step=8))
     text = corpus.astype(np.int64).tobytes()
     for row in a:
-        periods = [n for n in range(DRILL_SPAN[0], DRILL_SPAN[1])
-                   if np.array_equal(row[-(128 - 24 - n):], row[-(128 - 24 - n) - n:-n])]
+        periods = [
+            n
+            for n in range(DRILL_SPAN[0], DRILL_SPAN[1])
+            if np.array_equal(row[-(128 - 24 - n) :], row[-(128 - 24 - n) - n : -n])
+        ]
         assert periods, "the tail of a drill row repeats with the span length"
         n = periods[0]
         # the span itself is a contiguous corpus window (some rotation of the row's period)
@@ -206,6 +224,7 @@ def test_best_of_n_live_on_the_zoo_equals_greedy_through_eos_with_its_cache_and_
     from harness.engine import Engine, RunConfig
     from harness.target import Target
     from workloads import load
+
     torch.set_num_threads(1)
     model, tok = lm.load_lm(TARGET_DIR), lm.load_tokenizer(TARGET_DIR)
     env = DrafterEnv(model, tok, TARGET_DIR)

@@ -1,4 +1,5 @@
 """zoo CPU workloads: well-formed, deterministic, drawn from held-out items only."""
+
 import json
 
 import pytest
@@ -23,12 +24,14 @@ def test_workload_file_well_formed(w):
         if "prompt" in r:
             assert isinstance(r["prompt"], str) and r["prompt"].strip()
         else:
-            assert r["messages"] and all(m["role"] in ("system", "user", "assistant")
-                                         and isinstance(m["content"], str) for m in r["messages"])
+            assert r["messages"] and all(
+                m["role"] in ("system", "user", "assistant") and isinstance(m["content"], str) for m in r["messages"]
+            )
 
 
 def test_workloads_regenerate_identically_from_heldout_items():
     from zoo.train import corpus_items, workload_records
+
     recs = workload_records()
     test_uids = {it.uid for it in corpus_items() if it.split == "test"}
     for w in WORKLOADS:
@@ -44,6 +47,7 @@ def test_prompts_end_at_a_token_boundary_of_their_items():
 
     from zoo import TARGET_DIR
     from zoo.train import corpus_items, token_boundary_prompt
+
     tok = AutoTokenizer.from_pretrained(str(TARGET_DIR), local_files_only=True)
     items = {it.uid: it for it in corpus_items() if it.split == "test"}
     checked = 0

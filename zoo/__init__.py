@@ -5,6 +5,7 @@ and trained from fixed seeds by ``python -m zoo.train all``. The committed weigh
 ``zoo/target``, ``zoo/draft``, ``zoo/medusa`` and ``zoo/eagle``; the held-out CPU workload
 prompts in ``zoo/workloads/{code,math,chat,copy}.jsonl``.
 """
+
 from pathlib import Path
 
 ZOO_DIR = Path(__file__).resolve().parent

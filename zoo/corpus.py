@@ -22,6 +22,7 @@ split is disjoint from training by construction and independent of the generatio
 All randomness comes from ``random.Random`` seeded from ``seed`` and a per-stream label.
 The workloads in ``zoo/workloads`` are drawn only from ``test`` items.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,10 +46,26 @@ END = "<|end|>"
 SPECIAL_TOKENS = [EOT, USER, ASSISTANT, SYSTEM, END]
 
 # stdlib sub-packages used in addition to the top-level modules
-CODE_PACKAGES = ("json", "collections", "logging", "urllib", "http", "email", "concurrent",
-                 "importlib", "asyncio", "html", "xml/dom", "wsgiref", "sqlite3", "tomllib",
-                 "zoneinfo", "unittest", "re")
-MAX_FILE_CHARS = 80_000   # keep any one huge file from dominating
+CODE_PACKAGES = (
+    "json",
+    "collections",
+    "logging",
+    "urllib",
+    "http",
+    "email",
+    "concurrent",
+    "importlib",
+    "asyncio",
+    "html",
+    "xml/dom",
+    "wsgiref",
+    "sqlite3",
+    "tomllib",
+    "zoneinfo",
+    "unittest",
+    "re",
+)
+MAX_FILE_CHARS = 80_000  # keep any one huge file from dominating
 MAX_CHUNK_LINES = 40
 
 
@@ -56,9 +73,9 @@ MAX_CHUNK_LINES = 40
 class Item:
     domain: str
     split: str
-    uid: str       # stable id of the item
-    text: str      # full training text (chat already rendered)
-    prompt: str = ""   # the prompt part (for workloads): text up to where generation starts
+    uid: str  # stable id of the item
+    text: str  # full training text (chat already rendered)
+    prompt: str = ""  # the prompt part (for workloads): text up to where generation starts
     messages: tuple = ()  # for chat items: ((role, content), ...) of the prompt turns
 
 
@@ -111,8 +128,7 @@ def _chunks(src: str) -> list[str]:
     lines = src.splitlines()
     try:
         tree = ast.parse(src)
-        starts = sorted({n.lineno - 1 - len(getattr(n, "decorator_list", []) or [])
-                         for n in tree.body})
+        starts = sorted({n.lineno - 1 - len(getattr(n, "decorator_list", []) or []) for n in tree.body})
     except SyntaxError:
         starts = list(range(0, len(lines), MAX_CHUNK_LINES))
     starts = [0] + [s for s in starts if s > 0] + [len(lines)]
@@ -171,14 +187,17 @@ def code_prose_chat_items(seed: int):
         if mdoc and len(mdoc) > 80:
             prose.append(Item("prose", split, f"prose:mod:{rel}", f"Module {modname}\n\n{mdoc}\n"))
         for j, (name, kind, doc) in enumerate(_defs_with_docstrings(tree, modname)):
-            q = rng.choice([f"What does the {kind} `{name}` do?",
-                            f"Explain `{name}` from the Python standard library.",
-                            f"How do I use `{name}`?",
-                            f"Can you describe the {kind} {name}?"])
+            q = rng.choice(
+                [
+                    f"What does the {kind} `{name}` do?",
+                    f"Explain `{name}` from the Python standard library.",
+                    f"How do I use `{name}`?",
+                    f"Can you describe the {kind} {name}?",
+                ]
+            )
             msgs = ((("user", q)),)
             full = render_chat(list(msgs) + [("assistant", doc)])
-            chat.append(Item("chat", split, f"chat:doc:{name}", full,
-                             render_chat(msgs, True), msgs))
+            chat.append(Item("chat", split, f"chat:doc:{name}", full, render_chat(msgs, True), msgs))
     # pydoc topics
     try:
         from pydoc_data.topics import topics
@@ -190,7 +209,7 @@ def code_prose_chat_items(seed: int):
         paras = [p for p in body.split("\n\n") if p.strip()]
         # topic text as prose, in pieces of a few paragraphs
         for i in range(0, len(paras), 6):
-            text = "\n\n".join(paras[i:i + 6]) + "\n"
+            text = "\n\n".join(paras[i : i + 6]) + "\n"
             prose.append(Item("prose", split, f"prose:topic:{key}:{i}", text))
         # chat turns: question about the topic, answered by its first paragraphs
         label = key.replace("-", " ")
@@ -200,27 +219,77 @@ def code_prose_chat_items(seed: int):
                 break
             answer += p + "\n\n"
         answer = answer.strip() or paras[0][:900]
-        for q in (f"What is {label} in Python?", f"Tell me about {label}.",
-                  f"Explain the Python topic '{label}'."):
+        for q in (f"What is {label} in Python?", f"Tell me about {label}.", f"Explain the Python topic '{label}'."):
             msgs = (("user", q),)
-            chat.append(Item("chat", split, f"chat:topic:{key}:{q}",
-                             render_chat(list(msgs) + [("assistant", answer)]),
-                             render_chat(msgs, True), msgs))
+            chat.append(
+                Item(
+                    "chat",
+                    split,
+                    f"chat:topic:{key}:{q}",
+                    render_chat(list(msgs) + [("assistant", answer)]),
+                    render_chat(msgs, True),
+                    msgs,
+                )
+            )
     return code, prose, chat, code_chunks
 
 
 # ----------------------------------------------------------------------------- math
 
-NAMES = ["Ava", "Ben", "Carla", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jamal",
-         "Kofi", "Lena", "Mateo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sam", "Tara",
-         "Umar", "Vera", "Wei", "Xena", "Yusuf", "Zoe"]
-ITEMS = [("apple", "apples"), ("pencil", "pencils"), ("book", "books"), ("cookie", "cookies"),
-         ("marble", "marbles"), ("sticker", "stickers"), ("cupcake", "cupcakes"),
-         ("toy car", "toy cars"), ("orange", "oranges"), ("card", "cards"), ("egg", "eggs"),
-         ("shell", "shells"), ("balloon", "balloons"), ("candle", "candles")]
+NAMES = [
+    "Ava",
+    "Ben",
+    "Carla",
+    "Dev",
+    "Elena",
+    "Farid",
+    "Grace",
+    "Hiro",
+    "Ines",
+    "Jamal",
+    "Kofi",
+    "Lena",
+    "Mateo",
+    "Nora",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sam",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Wei",
+    "Xena",
+    "Yusuf",
+    "Zoe",
+]
+ITEMS = [
+    ("apple", "apples"),
+    ("pencil", "pencils"),
+    ("book", "books"),
+    ("cookie", "cookies"),
+    ("marble", "marbles"),
+    ("sticker", "stickers"),
+    ("cupcake", "cupcakes"),
+    ("toy car", "toy cars"),
+    ("orange", "oranges"),
+    ("card", "cards"),
+    ("egg", "eggs"),
+    ("shell", "shells"),
+    ("balloon", "balloons"),
+    ("candle", "candles"),
+]
 CONTAINERS = ["box", "bag", "basket", "pack", "crate", "jar", "tray"]
-PLACES = ["the market", "the bakery", "the school fair", "the bookstore", "the farm",
-          "the toy shop", "the garden center"]
+PLACES = [
+    "the market",
+    "the bakery",
+    "the school fair",
+    "the bookstore",
+    "the farm",
+    "the toy shop",
+    "the garden center",
+]
 
 
 def _math_problem(rng: random.Random) -> tuple[str, str]:
@@ -234,44 +303,49 @@ def _math_problem(rng: random.Random) -> tuple[str, str]:
     if t == 0:
         a, b, g = rng.randint(2, 12), rng.randint(3, 24), rng.randint(1, 20)
         tot = a * b
-        q = (f"{n} buys {a} {c}es of {p} at {place}. Each {c} holds {b} {p}. "
-             f"{n} gives {g} {p} to {m}. How many {p} does {n} have left?")
-        sol = [f"{n} buys {a} {c}es with {b} {p} each, so {a} * {b} = {tot} {p}.",
-               f"After giving {g} to {m}, {n} has {tot} - {g} = {tot - g} {p} left."]
+        q = (
+            f"{n} buys {a} {c}es of {p} at {place}. Each {c} holds {b} {p}. "
+            f"{n} gives {g} {p} to {m}. How many {p} does {n} have left?"
+        )
+        sol = [
+            f"{n} buys {a} {c}es with {b} {p} each, so {a} * {b} = {tot} {p}.",
+            f"After giving {g} to {m}, {n} has {tot} - {g} = {tot - g} {p} left.",
+        ]
         ans = tot - g
     elif t == 1:
         price, k, paid = rng.randint(2, 15), rng.randint(2, 9), 0
         cost = price * k
         paid = ((cost // 10) + 1) * 10 + rng.choice([0, 10, 20])
-        q = (f"At {place}, one {s} costs ${price}. {n} buys {k} {p} and pays with ${paid}. "
-             f"How much change does {n} get?")
-        sol = [f"{k} {p} cost {k} * {price} = ${cost}.",
-               f"The change is {paid} - {cost} = ${paid - cost}."]
+        q = f"At {place}, one {s} costs ${price}. {n} buys {k} {p} and pays with ${paid}. How much change does {n} get?"
+        sol = [f"{k} {p} cost {k} * {price} = ${cost}.", f"The change is {paid} - {cost} = ${paid - cost}."]
         ans = paid - cost
     elif t == 2:
         a, d = rng.randint(5, 40), rng.randint(2, 6)
         b = a * d
-        q = (f"{n} has {a} {p}. {m} has {d} times as many {p} as {n}. "
-             f"How many {p} do they have together?")
-        sol = [f"{m} has {d} * {a} = {b} {p}.",
-               f"Together they have {a} + {b} = {a + b} {p}."]
+        q = f"{n} has {a} {p}. {m} has {d} times as many {p} as {n}. How many {p} do they have together?"
+        sol = [f"{m} has {d} * {a} = {b} {p}.", f"Together they have {a} + {b} = {a + b} {p}."]
         ans = a + b
     elif t == 3:
         speed, h1, h2 = rng.randint(20, 70), rng.randint(1, 5), rng.randint(1, 4)
         d1, d2 = speed * h1, speed * h2
-        q = (f"{n} drives at {speed} miles per hour for {h1} hours, takes a break, and then "
-             f"drives {h2} more hours at the same speed. How many miles does {n} drive in total?")
-        sol = [f"In the first part {n} drives {speed} * {h1} = {d1} miles.",
-               f"In the second part {n} drives {speed} * {h2} = {d2} miles.",
-               f"In total {n} drives {d1} + {d2} = {d1 + d2} miles."]
+        q = (
+            f"{n} drives at {speed} miles per hour for {h1} hours, takes a break, and then "
+            f"drives {h2} more hours at the same speed. How many miles does {n} drive in total?"
+        )
+        sol = [
+            f"In the first part {n} drives {speed} * {h1} = {d1} miles.",
+            f"In the second part {n} drives {speed} * {h2} = {d2} miles.",
+            f"In total {n} drives {d1} + {d2} = {d1 + d2} miles.",
+        ]
         ans = d1 + d2
     elif t == 4:
         per, days, weeks = rng.randint(2, 12), rng.randint(3, 7), rng.randint(2, 6)
         w = per * days
-        q = (f"{n} reads {per} pages every day, {days} days a week. "
-             f"How many pages does {n} read in {weeks} weeks?")
-        sol = [f"Each week {n} reads {per} * {days} = {w} pages.",
-               f"In {weeks} weeks {n} reads {w} * {weeks} = {w * weeks} pages."]
+        q = f"{n} reads {per} pages every day, {days} days a week. How many pages does {n} read in {weeks} weeks?"
+        sol = [
+            f"Each week {n} reads {per} * {days} = {w} pages.",
+            f"In {weeks} weeks {n} reads {w} * {weeks} = {w * weeks} pages.",
+        ]
         ans = w * weeks
     elif t == 5:
         k = rng.randint(2, 8)
@@ -279,26 +353,35 @@ def _math_problem(rng: random.Random) -> tuple[str, str]:
         total = k * each + 0
         extra = rng.randint(1, k - 1) if k > 2 else 1
         total += extra
-        q = (f"{n} has {total} {p} and shares them equally among {k} friends. "
-             f"Each friend gets as many as possible. How many {p} are left over?")
-        sol = [f"{total} divided by {k} is {total // k} with a remainder.",
-               f"{k} * {total // k} = {k * (total // k)}, so {total} - {k * (total // k)} = "
-               f"{total % k} {p} are left over."]
+        q = (
+            f"{n} has {total} {p} and shares them equally among {k} friends. "
+            f"Each friend gets as many as possible. How many {p} are left over?"
+        )
+        sol = [
+            f"{total} divided by {k} is {total // k} with a remainder.",
+            f"{k} * {total // k} = {k * (total // k)}, so {total} - {k * (total // k)} = "
+            f"{total % k} {p} are left over.",
+        ]
         ans = total % k
     elif t == 6:
         base, pct = rng.randint(2, 30) * 10, rng.choice([10, 20, 25, 50])
         off = base * pct // 100
-        q = (f"A jacket at {place} costs ${base}. It is on sale for {pct}% off. "
-             f"What is the sale price?")
-        sol = [f"The discount is {pct}% of {base}, which is {base} * {pct} / 100 = ${off}.",
-               f"The sale price is {base} - {off} = ${base - off}."]
+        q = f"A jacket at {place} costs ${base}. It is on sale for {pct}% off. What is the sale price?"
+        sol = [
+            f"The discount is {pct}% of {base}, which is {base} * {pct} / 100 = ${off}.",
+            f"The sale price is {base} - {off} = ${base - off}.",
+        ]
         ans = base - off
     else:
         a, b, c2 = rng.randint(10, 60), rng.randint(5, 40), rng.randint(2, 30)
-        q = (f"{n} collected {a} {p} on Monday and {b} {p} on Tuesday. On Wednesday {n} lost "
-             f"{c2} {p}. How many {p} does {n} have now?")
-        sol = [f"On Monday and Tuesday {n} collected {a} + {b} = {a + b} {p}.",
-               f"After losing {c2}, {n} has {a + b} - {c2} = {a + b - c2} {p}."]
+        q = (
+            f"{n} collected {a} {p} on Monday and {b} {p} on Tuesday. On Wednesday {n} lost "
+            f"{c2} {p}. How many {p} does {n} have now?"
+        )
+        sol = [
+            f"On Monday and Tuesday {n} collected {a} + {b} = {a + b} {p}.",
+            f"After losing {c2}, {n} has {a + b} - {c2} = {a + b - c2} {p}.",
+        ]
         ans = a + b - c2
     return q, "\n".join(sol) + f"\n#### {ans}"
 
@@ -315,9 +398,16 @@ def math_items(seed: int, n: int):
         uid = "math:" + hashlib.sha256(q.encode()).hexdigest()[:12]
         if i % 4 == 3:  # a quarter as chat turns
             msgs = (("user", q),)
-            chat.append(Item("chat", split, "chat:" + uid,
-                             render_chat(list(msgs) + [("assistant", sol)]),
-                             render_chat(msgs, True), msgs))
+            chat.append(
+                Item(
+                    "chat",
+                    split,
+                    "chat:" + uid,
+                    render_chat(list(msgs) + [("assistant", sol)]),
+                    render_chat(msgs, True),
+                    msgs,
+                )
+            )
         else:
             prompt = f"Question: {q}\nAnswer:"
             math.append(Item("math", split, uid, f"{prompt} {sol}\n", prompt))
@@ -326,35 +416,87 @@ def math_items(seed: int, n: int):
 
 # ----------------------------------------------------------------------------- copy / edit
 
-SERVICES = ["web", "api", "db", "cache", "worker", "proxy", "queue", "auth", "search",
-            "metrics", "scheduler", "frontend", "backend", "gateway", "mailer"]
-IMAGES = {"web": "nginx", "api": "python", "db": "postgres", "cache": "redis",
-          "worker": "python", "proxy": "traefik", "queue": "rabbitmq", "auth": "keycloak",
-          "search": "elasticsearch", "metrics": "prometheus", "scheduler": "python",
-          "frontend": "node", "backend": "golang", "gateway": "envoy", "mailer": "mailhog"}
-ENV_KEYS = ["LOG_LEVEL", "DEBUG", "WORKERS", "TIMEOUT", "DATABASE_URL", "REDIS_URL",
-            "MAX_CONNECTIONS", "CACHE_TTL", "REGION", "FEATURE_FLAGS"]
+SERVICES = [
+    "web",
+    "api",
+    "db",
+    "cache",
+    "worker",
+    "proxy",
+    "queue",
+    "auth",
+    "search",
+    "metrics",
+    "scheduler",
+    "frontend",
+    "backend",
+    "gateway",
+    "mailer",
+]
+IMAGES = {
+    "web": "nginx",
+    "api": "python",
+    "db": "postgres",
+    "cache": "redis",
+    "worker": "python",
+    "proxy": "traefik",
+    "queue": "rabbitmq",
+    "auth": "keycloak",
+    "search": "elasticsearch",
+    "metrics": "prometheus",
+    "scheduler": "python",
+    "frontend": "node",
+    "backend": "golang",
+    "gateway": "envoy",
+    "mailer": "mailhog",
+}
+ENV_KEYS = [
+    "LOG_LEVEL",
+    "DEBUG",
+    "WORKERS",
+    "TIMEOUT",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "MAX_CONNECTIONS",
+    "CACHE_TTL",
+    "REGION",
+    "FEATURE_FLAGS",
+]
 
 
 def _compose(rng):
     svcs = rng.sample(SERVICES, rng.randint(2, 4))
     spec = []
     for s in svcs:
-        env = {k: rng.choice(["info", "debug", "1", "0", "30", "eu-west-1", "4", "100"])
-               for k in rng.sample(ENV_KEYS, rng.randint(1, 3))}
-        spec.append({"name": s, "image": IMAGES[s], "tag": f"{rng.randint(1, 16)}.{rng.randint(0, 9)}",
-                     "port": rng.choice([80, 443, 3000, 5000, 5432, 6379, 8000, 8080, 9000, 9090]),
-                     "env": env, "restart": rng.choice(["always", "unless-stopped", "on-failure"])})
+        env = {
+            k: rng.choice(["info", "debug", "1", "0", "30", "eu-west-1", "4", "100"])
+            for k in rng.sample(ENV_KEYS, rng.randint(1, 3))
+        }
+        spec.append(
+            {
+                "name": s,
+                "image": IMAGES[s],
+                "tag": f"{rng.randint(1, 16)}.{rng.randint(0, 9)}",
+                "port": rng.choice([80, 443, 3000, 5000, 5432, 6379, 8000, 8080, 9000, 9090]),
+                "env": env,
+                "restart": rng.choice(["always", "unless-stopped", "on-failure"]),
+            }
+        )
     return spec
 
 
 def _render_compose(spec):
-    lines = ["version: \"3.8\"", "services:"]
+    lines = ['version: "3.8"', "services:"]
     for s in spec:
-        lines += [f"  {s['name']}:", f"    image: {s['image']}:{s['tag']}",
-                  f"    restart: {s['restart']}", "    ports:",
-                  f"      - \"{s['port']}:{s['port']}\"", "    environment:"]
-        lines += [f"      {k}: \"{v}\"" for k, v in s["env"].items()]
+        lines += [
+            f"  {s['name']}:",
+            f"    image: {s['image']}:{s['tag']}",
+            f"    restart: {s['restart']}",
+            "    ports:",
+            f'      - "{s["port"]}:{s["port"]}"',
+            "    environment:",
+        ]
+        lines += [f'      {k}: "{v}"' for k, v in s["env"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -392,14 +534,18 @@ def _compose_task(rng):
 def _ini_task(rng):
     sections = {}
     for sec in rng.sample(["server", "database", "logging", "cache", "auth", "paths"], 3):
-        keys = rng.sample(["host", "port", "user", "level", "timeout", "enabled", "path",
-                           "retries", "size", "name"], rng.randint(2, 4))
-        sections[sec] = {k: rng.choice(["localhost", "8080", "admin", "INFO", "30", "true",
-                                        "/var/lib/app", "3", "512", "main"]) for k in keys}
+        keys = rng.sample(
+            ["host", "port", "user", "level", "timeout", "enabled", "path", "retries", "size", "name"],
+            rng.randint(2, 4),
+        )
+        sections[sec] = {
+            k: rng.choice(["localhost", "8080", "admin", "INFO", "30", "true", "/var/lib/app", "3", "512", "main"])
+            for k in keys
+        }
 
     def render(d):
-        return "\n".join(f"[{s}]\n" + "\n".join(f"{k} = {v}" for k, v in kv.items()) + "\n"
-                         for s, kv in d.items())
+        return "\n".join(f"[{s}]\n" + "\n".join(f"{k} = {v}" for k, v in kv.items()) + "\n" for s, kv in d.items())
+
     new = json.loads(json.dumps(sections))
     sec = rng.choice(list(new))
     key = rng.choice(list(new[sec]))
@@ -421,14 +567,28 @@ def _ini_task(rng):
 
 def _json_task(rng):
     name = rng.choice(["parser", "webapp", "toolkit", "scheduler", "cli", "dashboard"])
-    d = {"name": name, "version": f"{rng.randint(0, 3)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}",
-         "private": rng.choice([True, False]),
-         "scripts": {k: v for k, v in rng.sample([("build", "make build"), ("test", "pytest -q"),
-                                                  ("lint", "ruff check ."), ("start", "python -m app"),
-                                                  ("docs", "mkdocs build")], 3)},
-         "dependencies": {k: f"^{rng.randint(1, 9)}.{rng.randint(0, 9)}.0" for k in
-                          rng.sample(["requests", "numpy", "flask", "click", "rich", "pyyaml",
-                                      "attrs", "httpx"], 3)}}
+    d = {
+        "name": name,
+        "version": f"{rng.randint(0, 3)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}",
+        "private": rng.choice([True, False]),
+        "scripts": {
+            k: v
+            for k, v in rng.sample(
+                [
+                    ("build", "make build"),
+                    ("test", "pytest -q"),
+                    ("lint", "ruff check ."),
+                    ("start", "python -m app"),
+                    ("docs", "mkdocs build"),
+                ],
+                3,
+            )
+        },
+        "dependencies": {
+            k: f"^{rng.randint(1, 9)}.{rng.randint(0, 9)}.0"
+            for k in rng.sample(["requests", "numpy", "flask", "click", "rich", "pyyaml", "attrs", "httpx"], 3)
+        },
+    }
     new = json.loads(json.dumps(d))
     t = rng.randrange(3)
     if t == 0:
@@ -450,17 +610,56 @@ def _json_task(rng):
 def _code_edit_task(rng, chunk):
     """Rename an identifier that occurs in a stdlib code chunk (whole-word replacement)."""
     import re
-    names = sorted({n for n in re.findall(r"\b[a-z_][a-z0-9_]{2,}\b", chunk)
-                    if n not in {"self", "def", "return", "import", "from", "class", "for",
-                                 "not", "and", "None", "with", "while", "else", "elif", "try",
-                                 "except", "raise", "pass", "lambda", "yield", "global", "del",
-                                 "assert", "continue", "break", "finally", "nonlocal", "async",
-                                 "await", "print", "len", "str", "int", "isinstance"}})
+
+    names = sorted(
+        {
+            n
+            for n in re.findall(r"\b[a-z_][a-z0-9_]{2,}\b", chunk)
+            if n
+            not in {
+                "self",
+                "def",
+                "return",
+                "import",
+                "from",
+                "class",
+                "for",
+                "not",
+                "and",
+                "None",
+                "with",
+                "while",
+                "else",
+                "elif",
+                "try",
+                "except",
+                "raise",
+                "pass",
+                "lambda",
+                "yield",
+                "global",
+                "del",
+                "assert",
+                "continue",
+                "break",
+                "finally",
+                "nonlocal",
+                "async",
+                "await",
+                "print",
+                "len",
+                "str",
+                "int",
+                "isinstance",
+            }
+        }
+    )
     if not names:
         return None
     old = rng.choice(names)
-    new = rng.choice(["value", "item", "result", "node", "data", "count", "entry", "buf"]) + \
-        rng.choice(["", "_", "2", "_new"])
+    new = rng.choice(["value", "item", "result", "node", "data", "count", "entry", "buf"]) + rng.choice(
+        ["", "_", "2", "_new"]
+    )
     if re.search(rf"\b{new}\b", chunk):
         return None
     edited = re.sub(rf"\b{old}\b", new, chunk)
@@ -468,8 +667,7 @@ def _code_edit_task(rng, chunk):
 
 
 def copy_prompt(fname, lang, src, instr):
-    return (f"### File: {fname}\n```{lang}\n{src}```\n### Edit: {instr}\n"
-            f"### Result:\n```{lang}\n")
+    return f"### File: {fname}\n```{lang}\n{src}```\n### Edit: {instr}\n### Result:\n```{lang}\n"
 
 
 def copy_items(seed: int, n_config: int, code_chunks):
@@ -543,18 +741,33 @@ def source_info() -> dict:
         "python": sys.version.split()[0],
         "stdlib": str(stdlib_dir()),
         "sources": [
-            {"domain": "code", "source": "CPython standard library .py source of the running "
-             f"interpreter ({sys.version.split()[0]}): top-level modules and packages "
-             + ", ".join(CODE_PACKAGES), "licence": "PSF License Agreement (PSF-2.0)"},
-            {"domain": "prose", "source": "CPython pydoc_data/topics.py documentation topics and "
-             "stdlib module docstrings", "licence": "PSF License Agreement (PSF-2.0)"},
-            {"domain": "math", "source": "templated GSM8K-like word problems generated by "
-             "zoo/corpus.py", "licence": "Apache-2.0 (project code)"},
-            {"domain": "copy", "source": "generated docker-compose/INI/JSON edit tasks and "
-             "identifier-rename edits of stdlib code chunks", "licence":
-             "Apache-2.0 (generated) / PSF-2.0 (stdlib chunks)"},
-            {"domain": "chat", "source": "Q/A turns: stdlib docstrings, pydoc topics, generated "
-             "math problems", "licence": "PSF-2.0 / Apache-2.0"},
+            {
+                "domain": "code",
+                "source": "CPython standard library .py source of the running "
+                f"interpreter ({sys.version.split()[0]}): top-level modules and packages " + ", ".join(CODE_PACKAGES),
+                "licence": "PSF License Agreement (PSF-2.0)",
+            },
+            {
+                "domain": "prose",
+                "source": "CPython pydoc_data/topics.py documentation topics and stdlib module docstrings",
+                "licence": "PSF License Agreement (PSF-2.0)",
+            },
+            {
+                "domain": "math",
+                "source": "templated GSM8K-like word problems generated by zoo/corpus.py",
+                "licence": "Apache-2.0 (project code)",
+            },
+            {
+                "domain": "copy",
+                "source": "generated docker-compose/INI/JSON edit tasks and "
+                "identifier-rename edits of stdlib code chunks",
+                "licence": "Apache-2.0 (generated) / PSF-2.0 (stdlib chunks)",
+            },
+            {
+                "domain": "chat",
+                "source": "Q/A turns: stdlib docstrings, pydoc topics, generated math problems",
+                "licence": "PSF-2.0 / Apache-2.0",
+            },
         ],
     }
 

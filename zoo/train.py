@@ -7,6 +7,7 @@ card into ``zoo/<name>/``. ``all`` runs, in order: tokenizer, workloads, target,
 (the draft model, the Medusa heads and the EAGLE head, trained together on one shared frozen
 target forward per batch; ``draft``, ``medusa``, ``eagle`` train one of them alone).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,32 +19,48 @@ from pathlib import Path
 
 import numpy as np
 
-from . import (DRAFT_DIR, EAGLE_DIR, MEDUSA_DIR, SCRATCH_DIR, TARGET_DIR, TOKENIZER_DIR,
-               WORKLOADS, WORKLOADS_DIR, ZOO_DIR)
+from . import (
+    DRAFT_DIR,
+    EAGLE_DIR,
+    MEDUSA_DIR,
+    SCRATCH_DIR,
+    TARGET_DIR,
+    TOKENIZER_DIR,
+    WORKLOADS,
+    WORKLOADS_DIR,
+    ZOO_DIR,
+)
 from .corpus import DEFAULT_SEED, DOMAINS, EOT, build_corpus, source_info, training_stream
 
 SEQ = 512
 DOMAIN_WEIGHTS = {"code": 1.0, "prose": 1.5, "math": 0.5, "copy": 0.4, "chat": 0.6}
-EVAL_TOKENS = 8192   # held-out tokens per domain for the loss table
+EVAL_TOKENS = 8192  # held-out tokens per domain for the loss table
 
-TARGET_CFG = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2)
-DRAFT_CFG = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2,
-                 num_attention_heads=2, num_key_value_heads=1)
+TARGET_CFG = dict(
+    hidden_size=192, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2
+)
+DRAFT_CFG = dict(
+    hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1
+)
 # Copy drills: rows of a training-corpus span repeated verbatim. The corpus alone (3M tokens)
 # never taught the target to copy from its context (zoo.check --copy: no gain on a repeat), so
 # the copy workload measured its template prior, not copying. On drills alone induction-style
 # copying forms within a few hundred steps; mixed 1:1 with corpus batches from the start it
 # formed too slowly, so the drill phase first trains on drills alone, then on both.
-DRILL_ROWS, DRILL_SEQ = 32, 128   # one drill batch per step (beside the corpus batch if mixed)
-DRILL_SPAN = (12, 48)             # length range of the repeated span (tokens)
-DRILL_PHASE = (800, 1300)         # (first drill step, first step that adds corpus batches back)
+DRILL_ROWS, DRILL_SEQ = 32, 128  # one drill batch per step (beside the corpus batch if mixed)
+DRILL_SPAN = (12, 48)  # length range of the repeated span (tokens)
+DRILL_PHASE = (800, 1300)  # (first drill step, first step that adds corpus batches back)
 STAGE_DEFAULTS = {
     # the target was planned for 800 steps; on a contended CPU the budget was cut to 480 at
     # step 200, then extended again at 480 with a warm restart (peak 1e-3) to 800 steps;
     # this default reproduces exactly that run; steps 800-1700 are the copy drills (below)
-    "target": dict(steps=1700, batch=8, lr=2e-3, seed=DEFAULT_SEED,
-                   schedule=((0, 800), (200, 480), (480, 800, 1e-3), (800, 1700, 1e-3))),
+    "target": dict(
+        steps=1700,
+        batch=8,
+        lr=2e-3,
+        seed=DEFAULT_SEED,
+        schedule=((0, 800), (200, 480), (480, 800, 1e-3), (800, 1700, 1e-3)),
+    ),
     # draft, medusa and eagle: one shared schedule and data order (see train_students)
     "students": dict(steps=500, batch=8, seed=DEFAULT_SEED + 10),
 }
@@ -51,6 +68,7 @@ STAGE_DEFAULTS = {
 
 def _torch():
     import torch
+
     torch.set_num_threads(2)
     return torch
 
@@ -78,6 +96,7 @@ def corpus_items(seed=DEFAULT_SEED):
 
 def stage_tokenizer(seed=DEFAULT_SEED):
     from .tokenizer import build_tokenizer
+
     log("training byte-level BPE tokenizer on the train split")
     build_tokenizer(corpus_items(seed), TOKENIZER_DIR)
     log(f"tokenizer -> {TOKENIZER_DIR}")
@@ -86,6 +105,7 @@ def stage_tokenizer(seed=DEFAULT_SEED):
 def get_tokenizer():
     """The zoo tokenizer: the freshly trained one in zoo/_scratch, else the shipped copy."""
     from .tokenizer import load_tokenizer
+
     for d in (TOKENIZER_DIR, TARGET_DIR):
         if (d / "tokenizer.json").exists():
             return load_tokenizer(d)
@@ -103,9 +123,10 @@ def train_tokens(seed=DEFAULT_SEED) -> np.ndarray:
     texts = training_stream(corpus_items(seed), seed, DOMAIN_WEIGHTS)
     eot = tok.convert_tokens_to_ids(EOT)
     from tqdm import tqdm
+
     out = []
     for i in tqdm(range(0, len(texts), 2000), desc="tokenize", unit="kdoc"):
-        for ids in tok(texts[i:i + 2000], add_special_tokens=False)["input_ids"]:
+        for ids in tok(texts[i : i + 2000], add_special_tokens=False)["input_ids"]:
             out.extend(ids)
             out.append(eot)
     arr = np.asarray(out, dtype=np.uint16)
@@ -119,8 +140,9 @@ def heldout_tokens(seed=DEFAULT_SEED, max_tokens=EVAL_TOKENS) -> dict[str, np.nd
     eot = tok.convert_tokens_to_ids(EOT)
     out = {}
     for d in DOMAINS:
-        items = sorted((it for it in corpus_items(seed) if it.domain == d and it.split == "test"),
-                       key=lambda it: it.uid)
+        items = sorted(
+            (it for it in corpus_items(seed) if it.domain == d and it.split == "test"), key=lambda it: it.uid
+        )
         ids = []
         for it in items:
             ids += tok(it.text, add_special_tokens=False)["input_ids"] + [eot]
@@ -140,7 +162,7 @@ def batches(tokens: np.ndarray, batch: int, seq: int, seed: int, step: int):
     """Deterministic random windows: batch for `step` depends only on (seed, step)."""
     rng = np.random.default_rng([seed, step])
     starts = rng.integers(0, len(tokens) - seq - 1, size=batch)
-    return np.stack([tokens[s:s + seq + 1] for s in starts]).astype(np.int64)
+    return np.stack([tokens[s : s + seq + 1] for s in starts]).astype(np.int64)
 
 
 def copy_drills(tokens: np.ndarray, rows: int, seq: int, seed: int, step: int) -> np.ndarray:
@@ -153,21 +175,22 @@ def copy_drills(tokens: np.ndarray, rows: int, seq: int, seed: int, step: int) -
         n = int(rng.integers(*DRILL_SPAN))
         pre = int(rng.integers(0, 24))
         a, b = (int(v) for v in rng.integers(0, len(tokens) - n - pre, size=2))
-        span = tokens[a:a + n].astype(np.int64)
-        out[r] = np.r_[tokens[b:b + pre], np.tile(span, (seq + 1) // n + 1)][:seq + 1]
+        span = tokens[a : a + n].astype(np.int64)
+        out[r] = np.r_[tokens[b : b + pre], np.tile(span, (seq + 1) // n + 1)][: seq + 1]
     return out
 
 
 def eval_loss(model, held: dict, seq=SEQ) -> dict:
     torch = _torch()
     import torch.nn.functional as F
+
     model.eval()
     res = {}
     with torch.no_grad():
         for d, ids in held.items():
             tot, n = 0.0, 0
             for s in range(0, len(ids) - 1, seq):
-                x = torch.as_tensor(ids[s:s + seq + 1])[None]
+                x = torch.as_tensor(ids[s : s + seq + 1])[None]
                 if x.shape[1] < 2:
                     continue
                 logits = model(input_ids=x[:, :-1]).logits
@@ -183,11 +206,20 @@ def eval_loss(model, held: dict, seq=SEQ) -> dict:
 def make_lm(cfg: dict, vocab: int, tok, seed: int):
     torch = _torch()
     from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(seed)
     eot = tok.convert_tokens_to_ids(EOT)
-    conf = LlamaConfig(vocab_size=vocab, max_position_embeddings=1024, tie_word_embeddings=True,
-                       rope_theta=10000.0, rms_norm_eps=1e-5, bos_token_id=eot, eos_token_id=eot,
-                       pad_token_id=eot, **cfg)
+    conf = LlamaConfig(
+        vocab_size=vocab,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        pad_token_id=eot,
+        **cfg,
+    )
     return LlamaForCausalLM(conf)
 
 
@@ -215,14 +247,24 @@ def lr_at(step, steps, lr, warmup=50, schedule=None):
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def train_lm(name: str, cfg: dict, steps: int, batch: int, lr: float, seed: int,
-             ckpt_every: int = 50, schedule=None, drills: tuple[int, int] | None = None):
+def train_lm(
+    name: str,
+    cfg: dict,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    ckpt_every: int = 50,
+    schedule=None,
+    drills: tuple[int, int] | None = None,
+):
     """Train a Llama LM on the token stream. With `drills` = (a, b), steps a..b-1 train on copy
     drills (`copy_drills`) instead of the corpus, and every step from b on trains on a corpus
     batch plus a drill batch."""
     torch = _torch()
     import torch.nn.functional as F
     from tqdm import tqdm
+
     tok = get_tokenizer()
     vocab = len(tok)
     data = train_tokens()
@@ -233,13 +275,16 @@ def train_lm(name: str, cfg: dict, steps: int, batch: int, lr: float, seed: int,
     ckpt = SCRATCH_DIR / f"{name}_ckpt.pt"
     start, elapsed = 0, 0.0
     if ckpt.exists():
-        st = torch.load(ckpt, weights_only=True)   # tensors and plain containers only: no unpickling
+        st = torch.load(ckpt, weights_only=True)  # tensors and plain containers only: no unpickling
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         start, elapsed = st["step"], st["elapsed"]
         log(f"{name}: resumed at step {start}", logf)
-    log(f"{name}: {nparam} params, {steps} steps x {batch} x {SEQ} tokens, lr {lr}, seed {seed}"
-        + (f", copy drills from step {drills[0]} (alone until {drills[1]})" if drills else ""), logf)
+    log(
+        f"{name}: {nparam} params, {steps} steps x {batch} x {SEQ} tokens, lr {lr}, seed {seed}"
+        + (f", copy drills from step {drills[0]} (alone until {drills[1]})" if drills else ""),
+        logf,
+    )
     model.train()
     t0 = time.time() - elapsed
     bar = tqdm(range(start, steps), desc=f"train {name}", initial=start, total=steps, unit="step")
@@ -267,24 +312,46 @@ def train_lm(name: str, cfg: dict, steps: int, batch: int, lr: float, seed: int,
         shown = {"loss": ema, "drill": dema}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None})
         if (step + 1) % 25 == 0:
-            log(f"{name}: step {step + 1}/{steps} ce {ema if ema is not None else float('nan'):.4f} lr {lr_at(step, steps, lr, schedule=schedule):.2e} "
+            log(
+                f"{name}: step {step + 1}/{steps} ce {ema if ema is not None else float('nan'):.4f} lr {lr_at(step, steps, lr, schedule=schedule):.2e} "
                 + (f"drill {dema:.4f} " if dema is not None else "")
-                + f"elapsed {time.time() - t0:.0f}s", logf)
+                + f"elapsed {time.time() - t0:.0f}s",
+                logf,
+            )
         if (step + 1) % ckpt_every == 0 or step + 1 == steps:
             tmp = ckpt.with_suffix(".tmp")
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1,
-                        "elapsed": time.time() - t0}, tmp)
+            torch.save(
+                {"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1, "elapsed": time.time() - t0},
+                tmp,
+            )
             os.replace(tmp, ckpt)
     wall = time.time() - t0
     model.eval()
-    return model, {"params": nparam, "steps": steps, "batch": batch, "seq": SEQ,
-                   "tokens_seen": (steps - (drills[1] - drills[0] if drills else 0)) * batch * SEQ,
-                   "wall_s": round(wall, 1), "lr": lr,
-                   "seed": seed, **({"lr_schedule": [list(s) for s in schedule]} if schedule else {}),
-                   **({"copy_drills": {"steps": [drills[0], steps], "alone_until": drills[1],
-                                       "rows": DRILL_ROWS, "seq": DRILL_SEQ, "span": list(DRILL_SPAN),
-                                       "tokens_seen": (steps - drills[0]) * DRILL_ROWS * DRILL_SEQ}}
-                      if drills is not None else {})}
+    return model, {
+        "params": nparam,
+        "steps": steps,
+        "batch": batch,
+        "seq": SEQ,
+        "tokens_seen": (steps - (drills[1] - drills[0] if drills else 0)) * batch * SEQ,
+        "wall_s": round(wall, 1),
+        "lr": lr,
+        "seed": seed,
+        **({"lr_schedule": [list(s) for s in schedule]} if schedule else {}),
+        **(
+            {
+                "copy_drills": {
+                    "steps": [drills[0], steps],
+                    "alone_until": drills[1],
+                    "rows": DRILL_ROWS,
+                    "seq": DRILL_SEQ,
+                    "span": list(DRILL_SPAN),
+                    "tokens_seen": (steps - drills[0]) * DRILL_ROWS * DRILL_SEQ,
+                }
+            }
+            if drills is not None
+            else {}
+        ),
+    }
 
 
 def save_lm(model, tok, out: Path):
@@ -292,8 +359,7 @@ def save_lm(model, tok, out: Path):
     out.mkdir(parents=True, exist_ok=True)
     m = model.to(torch.float16)
     m.generation_config.do_sample = False
-    m.generation_config.eos_token_id = [tok.convert_tokens_to_ids(EOT),
-                                        tok.convert_tokens_to_ids("<|end|>")]
+    m.generation_config.eos_token_id = [tok.convert_tokens_to_ids(EOT), tok.convert_tokens_to_ids("<|end|>")]
     m.generation_config.pad_token_id = tok.convert_tokens_to_ids(EOT)
     m.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
@@ -310,8 +376,8 @@ def save_lm(model, tok, out: Path):
 def load_lm(path: Path):
     torch = _torch()
     from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
-                                                dtype=torch.float32).eval()
+
+    return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32).eval()
 
 
 def loss_table(model) -> dict:
@@ -319,20 +385,26 @@ def loss_table(model) -> dict:
     tok = get_tokenizer()
     uni = unigram_baseline(train_tokens(), held, len(tok))
     ev = eval_loss(model, held)
-    return {d: {"loss": round(ev[d], 4), "unigram": round(uni[d], 4),
-                "tokens": int(len(held[d]))} for d in held}
+    return {d: {"loss": round(ev[d], 4), "unigram": round(uni[d], 4), "tokens": int(len(held[d]))} for d in held}
 
 
 def stage_target(**kw):
     a = {**STAGE_DEFAULTS["target"], **{k: v for k, v in kw.items() if v is not None}}
     # the piecewise plan and the drill phase are step numbers of the default run
     default = a["steps"] == STAGE_DEFAULTS["target"]["steps"]
-    model, info = train_lm("target", TARGET_CFG, a["steps"], a["batch"], a["lr"], a["seed"],
-                           schedule=a.get("schedule") if default else None,
-                           drills=DRILL_PHASE if default else None)
+    model, info = train_lm(
+        "target",
+        TARGET_CFG,
+        a["steps"],
+        a["batch"],
+        a["lr"],
+        a["seed"],
+        schedule=a.get("schedule") if default else None,
+        drills=DRILL_PHASE if default else None,
+    )
     tok = get_tokenizer()
     model = save_lm(model, tok, TARGET_DIR)
-    model = load_lm(TARGET_DIR)   # evaluate exactly what is shipped (fp16 weights)
+    model = load_lm(TARGET_DIR)  # evaluate exactly what is shipped (fp16 weights)
     info["heldout"] = loss_table(model)
     info["config"] = TARGET_CFG
     write_card("target", info)
@@ -348,8 +420,8 @@ def stage_target(**kw):
 MEDUSA_KW = dict(num_heads=4, num_layers=2, share_lm_head=False)
 EAGLE_KW = dict(num_attention_heads=4, num_key_value_heads=4, intermediate_size=0)
 EAGLE_W_CE = 0.3
-DRAFT_KD = 0.7          # draft loss = (1 - DRAFT_KD) * CE(corpus) + DRAFT_KD * KL(target || draft)
-MEDUSA_ROWS = 8         # Medusa rows per batch (its 4 vocab heads are costly; 2 rows left it below 0.5 on code)
+DRAFT_KD = 0.7  # draft loss = (1 - DRAFT_KD) * CE(corpus) + DRAFT_KD * KL(target || draft)
+MEDUSA_ROWS = 8  # Medusa rows per batch (its 4 vocab heads are costly; 2 rows left it below 0.5 on code)
 STUDENT_LR = {"draft": 3e-3, "medusa": 2e-3, "eagle": 1e-3}
 STUDENT_SEED = {"draft": DEFAULT_SEED + 1, "medusa": DEFAULT_SEED + 2, "eagle": DEFAULT_SEED + 3}
 STUDENTS = ("draft", "medusa", "eagle")
@@ -375,17 +447,21 @@ def medusa_loss(heads, feats, labels):
     """Head i (1-based) at position t learns the target's greedy token for t+1+i, i.e. the
     target's argmax at position t+i (self-distillation on the teacher-forced corpus)."""
     import torch.nn.functional as F
+
     torch = _torch()
     logits = heads(feats)
     T = feats.shape[1]
-    losses = [F.cross_entropy(logits[i - 1][:, :T - i].float().flatten(0, 1),
-                              labels[:, i:].flatten()) for i in range(1, heads.cfg.num_heads + 1)]
+    losses = [
+        F.cross_entropy(logits[i - 1][:, : T - i].float().flatten(0, 1), labels[:, i:].flatten())
+        for i in range(1, heads.cfg.num_heads + 1)
+    ]
     return torch.stack(losses).mean(), logits
 
 
 def eagle_loss(head, feats, x, labels, w_ce=EAGLE_W_CE):
     """EAGLE: regress the next feature (smooth L1) and match the target's greedy token from it."""
     import torch.nn.functional as F
+
     pred = head(feats[:, :-1], x[:, 1:])
     reg = F.smooth_l1_loss(pred[:, :-1].float(), feats[:, 1:-1].float())
     lg = head.logits(pred[:, :-1]).float()
@@ -395,16 +471,20 @@ def eagle_loss(head, feats, x, labels, w_ce=EAGLE_W_CE):
 
 def draft_loss(draft, x, t_logits):
     import torch.nn.functional as F
+
     logits = draft(input_ids=x[:, :-1]).logits.float()
     ce = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
-    kd = F.kl_div(F.log_softmax(logits, -1), F.log_softmax(t_logits, -1), log_target=True,
-                  reduction="batchmean") / logits.shape[1]
+    kd = (
+        F.kl_div(F.log_softmax(logits, -1), F.log_softmax(t_logits, -1), log_target=True, reduction="batchmean")
+        / logits.shape[1]
+    )
     return (1 - DRAFT_KD) * ce + DRAFT_KD * kd, ce
 
 
 def _make_student(name, target, tok):
     torch = _torch()
     from harness.heads import EagleHead, MedusaHeads
+
     torch.manual_seed(STUDENT_SEED[name])
     if name == "draft":
         return make_lm(DRAFT_CFG, len(tok), tok, STUDENT_SEED[name])
@@ -416,6 +496,7 @@ def _make_student(name, target, tok):
 def train_students(names, steps: int, batch: int, seed: int):
     torch = _torch()
     from tqdm import tqdm
+
     tok = get_tokenizer()
     target = _frozen_target()
     data = train_tokens()
@@ -426,11 +507,15 @@ def train_students(names, steps: int, batch: int, seed: int):
     opts = {}
     for n, m in models.items():
         m.train()
-        opts[n] = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=STUDENT_LR[n],
-                                    betas=(0.9, 0.95), weight_decay=0.1 if n == "draft" else 0.0)
+        opts[n] = torch.optim.AdamW(
+            [p for p in m.parameters() if p.requires_grad],
+            lr=STUDENT_LR[n],
+            betas=(0.9, 0.95),
+            weight_decay=0.1 if n == "draft" else 0.0,
+        )
     start, elapsed = 0, 0.0
     if ckpt.exists():
-        st = torch.load(ckpt, weights_only=True)   # tensors and plain containers only: no unpickling
+        st = torch.load(ckpt, weights_only=True)  # tensors and plain containers only: no unpickling
         for n in names:
             models[n].load_state_dict(st["model"][n])
             opts[n].load_state_dict(st["opt"][n])
@@ -464,25 +549,41 @@ def train_students(names, steps: int, batch: int, seed: int):
             ema[n] = val if n not in ema else 0.95 * ema[n] + 0.05 * val
         bar.set_postfix({n: f"{v:.3f}" for n, v in ema.items()})
         if (step + 1) % 10 == 0:
-            log(f"students {tag}: step {step + 1}/{steps} "
+            log(
+                f"students {tag}: step {step + 1}/{steps} "
                 + " ".join(f"{n} {v:.4f}" for n, v in ema.items())
-                + f" elapsed {time.time() - t0:.0f}s", logf)
+                + f" elapsed {time.time() - t0:.0f}s",
+                logf,
+            )
         if (step + 1) % 25 == 0 or step + 1 == steps:
             tmp = ckpt.with_suffix(".tmp")
-            torch.save({"model": {n: m.state_dict() for n, m in models.items()},
-                        "opt": {n: o.state_dict() for n, o in opts.items()}, "step": step + 1,
-                        "elapsed": time.time() - t0}, tmp)
+            torch.save(
+                {
+                    "model": {n: m.state_dict() for n, m in models.items()},
+                    "opt": {n: o.state_dict() for n, o in opts.items()},
+                    "step": step + 1,
+                    "elapsed": time.time() - t0,
+                },
+                tmp,
+            )
             os.replace(tmp, ckpt)
     wall = time.time() - t0
     infos = {}
     for n, m in models.items():
         m.eval()
-        infos[n] = {"params": nparams[n], "steps": steps, "batch": MEDUSA_ROWS if n == "medusa" else batch,
-                    "seq": SEQ, "tokens_seen": steps * (MEDUSA_ROWS if n == "medusa" else batch) * SEQ,
-                    "wall_s": round(wall, 1), "lr": STUDENT_LR[n], "seed": STUDENT_SEED[n],
-                    "data_seed": seed, "trained_with": list(names),
-                    "config": {"draft": DRAFT_CFG, "medusa": MEDUSA_KW,
-                               "eagle": {**EAGLE_KW, "w_ce": EAGLE_W_CE}}[n]}
+        infos[n] = {
+            "params": nparams[n],
+            "steps": steps,
+            "batch": MEDUSA_ROWS if n == "medusa" else batch,
+            "seq": SEQ,
+            "tokens_seen": steps * (MEDUSA_ROWS if n == "medusa" else batch) * SEQ,
+            "wall_s": round(wall, 1),
+            "lr": STUDENT_LR[n],
+            "seed": STUDENT_SEED[n],
+            "data_seed": seed,
+            "trained_with": list(names),
+            "config": {"draft": DRAFT_CFG, "medusa": MEDUSA_KW, "eagle": {**EAGLE_KW, "w_ce": EAGLE_W_CE}}[n],
+        }
         if n == "draft":
             infos[n]["kd_weight"] = DRAFT_KD
     return models, target, infos
@@ -502,8 +603,10 @@ def head_agreement(name, head, target) -> dict:
             if name == "medusa":
                 lg = head(feats)
                 T = feats.shape[1]
-                res[d] = [round(float((lg[i - 1][:, :T - i].argmax(-1) == labels[:, i:]).float().mean()), 3)
-                          for i in range(1, head.cfg.num_heads + 1)]
+                res[d] = [
+                    round(float((lg[i - 1][:, : T - i].argmax(-1) == labels[:, i:]).float().mean()), 3)
+                    for i in range(1, head.cfg.num_heads + 1)
+                ]
             elif name == "eagle":
                 _, lg = eagle_loss(head, feats, x, labels)
                 res[d] = round(float((lg.argmax(-1) == labels[:, 1:-1]).float().mean()), 3)
@@ -516,6 +619,7 @@ def head_agreement(name, head, target) -> dict:
 def _stage_students(names, **kw):
     torch = _torch()
     from harness.heads import EagleHead, MedusaHeads
+
     a = {**STAGE_DEFAULTS["students"], **{k: v for k, v in kw.items() if v is not None}}
     models, target, infos = train_students(list(names), a["steps"], a["batch"], a["seed"])
     tok = get_tokenizer()
@@ -523,7 +627,7 @@ def _stage_students(names, **kw):
         info = infos[n]
         if n == "draft":
             save_lm(m, tok, DRAFT_DIR)
-            m = load_lm(DRAFT_DIR)          # evaluate exactly what is shipped
+            m = load_lm(DRAFT_DIR)  # evaluate exactly what is shipped
             info["heldout"] = loss_table(m)
         else:
             out = MEDUSA_DIR if n == "medusa" else EAGLE_DIR
@@ -557,6 +661,7 @@ N_PROMPTS = 300
 
 def _order(uid: str) -> str:
     import hashlib
+
     return hashlib.sha256(("workload:" + uid).encode()).hexdigest()
 
 
@@ -585,16 +690,23 @@ def workload_records(seed=DEFAULT_SEED, n=N_PROMPTS) -> dict[str, list[dict]]:
             if len(lines) < 12:
                 continue
             cut = max(4, int(len(lines) * frac))
-            out["code"].append({"workload": "code", "prompt_id": f"{it.uid}@{cut}",
-                                "prompt": token_boundary_prompt(it.text, "".join(lines[:cut]))})
+            out["code"].append(
+                {
+                    "workload": "code",
+                    "prompt_id": f"{it.uid}@{cut}",
+                    "prompt": token_boundary_prompt(it.text, "".join(lines[:cut])),
+                }
+            )
     for it in sorted((it for it in items if it.domain == "math"), key=lambda it: _order(it.uid)):
         out["math"].append({"workload": "math", "prompt_id": it.uid, "prompt": it.prompt})
     for it in sorted((it for it in items if it.domain == "chat"), key=lambda it: _order(it.uid)):
-        out["chat"].append({"workload": "chat", "prompt_id": it.uid,
-                            "messages": [{"role": r, "content": c} for r, c in it.messages]})
+        out["chat"].append(
+            {"workload": "chat", "prompt_id": it.uid, "messages": [{"role": r, "content": c} for r, c in it.messages]}
+        )
     for it in sorted((it for it in items if it.domain == "copy"), key=lambda it: _order(it.uid)):
-        out["copy"].append({"workload": "copy", "prompt_id": it.uid,
-                            "prompt": token_boundary_prompt(it.text, it.prompt)})
+        out["copy"].append(
+            {"workload": "copy", "prompt_id": it.uid, "prompt": token_boundary_prompt(it.text, it.prompt)}
+        )
     for w in out:
         seen, recs = set(), []
         for r in out[w]:
@@ -633,6 +745,7 @@ def write_card(name: str, info: dict):
     out.mkdir(parents=True, exist_ok=True)
     (out / "training_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     from .cards import render_card
+
     (out / "README.md").write_text(render_card(name, info, source_info()))
 
 
@@ -640,10 +753,12 @@ def write_card(name: str, info: dict):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m zoo.train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=["all", "tokenizer", "workloads", "target", "students",
-                                      "draft", "medusa", "eagle", "eval"])
+    ap = argparse.ArgumentParser(
+        prog="python -m zoo.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "stage", choices=["all", "tokenizer", "workloads", "target", "students", "draft", "medusa", "eagle", "eval"]
+    )
     ap.add_argument("--steps", type=int)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--lr", type=float)
@@ -652,8 +767,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     _torch()
     kw = dict(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed)
-    stages = (["tokenizer", "workloads", "target", "students"]
-              if args.stage == "all" else [args.stage])
+    stages = ["tokenizer", "workloads", "target", "students"] if args.stage == "all" else [args.stage]
     for st in stages:
         if args.fresh:
             pat = "target_ckpt.pt" if st == "target" else "students_*_ckpt.pt"

@@ -1,0 +1,275 @@
+"""Spec-select: the production rule of docs/seeds/spec-select-pr.txt, adapted to block logs.
+
+Learns each drafter's acceptance per draft position, and picks the drafter and cut length of most
+expected tokens per modelled step time (bandit/bandits.py's `StepTime`, from the run's timing).
+
+    python bandit/specselect.py      # spec-select on a small simulated campaign with ranking flips [SIM]
+"""
+
+from __future__ import annotations
+
+if __package__ in (None, ""):  # run as `python bandit/specselect.py`: import our `bandit`, not a namesake
+    import pathlib
+    import sys
+
+    sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from bandit.bandits import BasePolicy, StepTime, lookup_mask
+
+
+@dataclass
+class SpecTables:
+    """Decayed (hits, trials) per drafter and draft position, D lists of k floats.
+
+    Decay is lazy: each drafter's row holds counts divided by a running scale `c` (true count =
+    c * stored), so decaying a row is one multiply and an observation touches only the positions
+    it reached; the acceptance estimate hits / trials is scale-free.
+    """
+
+    h: list[list[float]]
+    t: list[list[float]]
+    c: list[float]
+
+    @staticmethod
+    def empty(D: int, k: int, h0: float, t0: float) -> "SpecTables":
+        return SpecTables([[h0] * k for _ in range(D)], [[t0] * k for _ in range(D)], [1.0] * D)
+
+    def add(self, d: int, hits: int, trials: int, decay: float) -> None:
+        """Decay row d, then one hit at positions < hits and one trial at positions < trials."""
+        c = self.c[d] = self.c[d] * decay
+        if c < 1e-200:  # renormalise before the scale underflows
+            self.h[d] = [x * c for x in self.h[d]]
+            self.t[d] = [x * c for x in self.t[d]]
+            c = self.c[d] = 1.0
+        inc, H, T = 1.0 / c, self.h[d], self.t[d]
+        for i in range(hits):
+            H[i] += inc
+        for i in range(trials):
+            T[i] += inc
+
+    def counts(self) -> np.ndarray:
+        """(D, 2, k) true decayed (hits, trials)."""
+        c = np.array(self.c)[:, None]
+        return np.stack([np.array(self.h) * c, np.array(self.t) * c], axis=1)
+
+
+class SpecSelect(BasePolicy):
+    """The spec-select rule (the production PR, docs/seeds/spec-select-pr.txt) adapted to block logs.
+
+    Learns each drafter's acceptance per draft position (decayed hits and trials per position),
+    per prompt as the PR does per slot (a new prompt starts from the pooled estimate, worth
+    `prior` pseudo-trials), from the drafts used, from lookup drafts not used and from the
+    cut-off part of a used lookup draft: lookup drafts are compared with the text that follows
+    at no cost, so their full acceptance is always seen; an unused model drafter is never
+    called, so it is never seen (the class asks for full information and then ignores unused
+    model drafters). Options: each lookup draft cut to its best length L (its length is known
+    before choosing: `ctx.draft_len` is read for lookup drafters only), each model drafter's
+    whole draft (assumed k long), or no draft (L = 0). It maximises log(expected tokens / step
+    time) under `StepTime` (the manifest's timing, or stated defaults). A model drafter that
+    looks worse than a lookup draft is never called again, so its estimate would never recover
+    from an unlucky start: with probability `explore` a random model drafter runs (our
+    extension; the PR relies on lookup drafts rarely winning outside copy-heavy text). `choose_batch` is the
+    multi-sequence rule: maximise the sum over the step's sequences of log(tokens / step time),
+    no sequence more than `max_slowdown` slower than with every sequence on the model drafter.
+    """
+
+    name = "spec_select"
+    full_information = True
+
+    def __init__(
+        self,
+        decay: float = 0.98,
+        prior: float = 4.0,
+        explore: float = 0.02,
+        lookup: Sequence[str] | None = None,
+        max_slowdown: float = 0.10,
+        pass_per_length: bool = True,
+        random_state: int | None = 0,
+    ):
+        super().__init__(random_state)
+        self.decay, self.prior, self.explore, self.lookup = decay, prior, explore, lookup
+        self.max_slowdown, self.pass_per_length = max_slowdown, pass_per_length
+
+    def reset(self, drafters, workloads, timing=None) -> None:
+        super().reset(drafters, workloads, timing)
+        if self.lookup is not None:
+            self.is_lookup_ = np.array([d in set(self.lookup) for d in self.drafters_], bool)
+        else:
+            self.is_lookup_ = lookup_mask(self.drafters_, timing)
+        self.time_ = StepTime.from_timing(self.drafters_, self.is_lookup_, timing)
+        self.state_: dict[int, SpecTables] = {}  # prompt -> decayed (hits, trials) per drafter and position
+        self.B_ = 0  # draft positions tracked: k, fixed at the first block
+        self.cut_ = (-1, -1)
+
+    def _init_tables(self, ctx) -> None:
+        k = self.B_ = int(self._scale(ctx))
+        D = self.n_arms_
+        self.G_ = SpecTables.empty(D, k, 0.0, 0.0)  # pooled over prompts
+        calls = float(self.time_.drafter_ms[self.is_lookup_].sum()) + np.where(
+            self.is_lookup_, 0.0, self.time_.drafter_ms
+        )
+        # log step time of drafter d verifying L = 0..k draft tokens (+1 bonus); lookup drafts are always computed
+        self.log_step_ = np.log(self.time_.verify(np.arange(k + 1) + 1.0)[None, :] + calls[:, None]).tolist()
+        self.lookup_list_ = self.is_lookup_.tolist()
+        self.models_ = np.flatnonzero(~self.is_lookup_)
+
+    def _state(self, prompt: int) -> "SpecTables":
+        """This prompt's tables; a new prompt starts from the pooled estimate with `prior`
+        pseudo-trials per position (a slot carries what it learned into the next request)."""
+        s = self.state_.get(prompt)
+        if s is None:
+            G, pr = self.G_, self.prior
+            hits = [[pr * (c * h + 1.0) / (c * t + 2.0) for h, t in zip(H, T)] for H, T, c in zip(G.h, G.t, G.c)]
+            s = self.state_[prompt] = SpecTables(hits, [[pr] * self.B_ for _ in hits], [1.0] * len(hits))
+        return s
+
+    def expected_tokens(self, prompt: int) -> np.ndarray:
+        """(D, k + 1) expected tokens of each drafter's draft cut to L = 0..k, for this prompt.
+
+        A draft cut to L accepts min(A, L), and E[min(A, L)] = sum_{j <= L} prod_{i < j} p_i with
+        p_i the acceptance at draft position i given the earlier ones were accepted.
+        """
+        s = self._state(prompt)
+        p = np.array(s.h) / np.array(s.t)
+        return np.c_[np.ones(len(p)), 1.0 + np.cumsum(np.cumprod(p, axis=1), axis=1)]
+
+    def choose(self, ctx):
+        if not self.B_:
+            self._init_tables(ctx)
+        if self.models_.size and self.rng_.random() < self.explore:
+            d = int(self.models_[self.rng_.integers(self.models_.size)])
+            self.cut_ = (d, -1)
+            return d
+        s, k, log = self._state(ctx.prompt), self.B_, math.log
+        best, arg = -math.inf, (0, 0)
+        # plain floats: D x k ~ 32 values, where numpy's per-call overhead would dominate
+        for d, (H, T, ls, look, n) in enumerate(
+            zip(s.h, s.t, self.log_step_, self.lookup_list_, ctx.draft_len.tolist())
+        ):
+            prod, tok = 1.0, 1.0
+            if look:  # a lookup draft may be cut to any L <= its length, L = 0 being no draft
+                n = min(n, k)
+                if -ls[0] > best:
+                    best, arg = -ls[0], (d, 0)
+                for i in range(n):
+                    prod *= H[i] / T[i]
+                    tok += prod
+                    v = log(tok) - ls[i + 1]
+                    if v > best:
+                        best, arg = v, (d, i + 1)
+            else:  # a model draft is verified whole (its length, k, is not known before drafting)
+                for i in range(k):
+                    prod *= H[i] / T[i]
+                    tok += prod
+                v = log(tok) - ls[k]
+                if v > best:
+                    best, arg = v, (d, k)
+        d, L = arg
+        if not self.lookup_list_[d]:
+            self.cut_ = (d, -1)
+            return d
+        self.cut_ = (d, L if L < ctx.draft_len[d] else -1)
+        return (d, L)
+
+    def update(self, ctx, chosen, accepted, observed) -> None:
+        if not self.B_:
+            self._init_tables(ctx)
+        s, G, k = self._state(ctx.prompt), self.G_, self.B_
+        cd, cL = self.cut_
+        for d, (a, o, n, look) in enumerate(
+            zip(accepted.tolist(), observed.tolist(), ctx.draft_len.tolist(), self.lookup_list_)
+        ):
+            if not o or not (look or d == chosen) or n == 0:
+                continue  # unseen, or an unused model drafter (never called), or no draft
+            a, n = int(a), min(n, k)
+            if d == chosen and d == cd and 0 <= cL <= a:
+                n = cL  # the replay reveals a cut draft only up to the cut: censored, no rejection at L
+            # positions 0..a-1 accepted, position a (when drafted) rejected, later ones never reached
+            s.add(d, min(a, n), min(a, n - 1) + 1, self.decay)
+            G.add(d, min(a, n), min(a, n - 1) + 1, self.decay)
+
+    # ---------------------------------------------------------------- several sequences per step
+
+    def batch_step_ms(self, choices: Sequence[tuple[int, int]]) -> float:
+        """Step time of one batch: (drafter, verified draft tokens) per sequence.
+
+        One verify pass per distinct verified length when `pass_per_length` (ubatches of a
+        hybrid/recurrent target, the PR's case), else one pass at the longest; each model
+        drafter used by any sequence is called once (batched), lookup drafters always.
+        """
+        t = self.time_
+        lens = sorted({L + 1 for _, L in choices})
+        verify = sum(float(t.verify(n)) for n in lens) if self.pass_per_length else float(t.verify(lens[-1]))
+        models = {d for d, L in choices if not self.is_lookup_[d] and L > 0}
+        return verify + float(t.drafter_ms[self.is_lookup_].sum()) + sum(float(t.drafter_ms[d]) for d in models)
+
+    def choose_batch(self, ctxs: Sequence) -> list:
+        """Joint choice for S sequences in one step, by brute force over each one's candidates.
+
+        Candidates per sequence: every model drafter's whole draft, every lookup draft at its
+        single-sequence best cut and at L = 0. Reference: everyone on the model drafter with the
+        highest expected tokens; no sequence's tokens / step time may fall below (1 - max_slowdown)
+        times its reference rate.
+        """
+        import itertools
+
+        if not self.B_:
+            self._init_tables(ctxs[0])
+        per_seq, ref = [], []
+        for ctx in ctxs:
+            et = self.expected_tokens(ctx.prompt)
+            n = np.where(self.is_lookup_, np.minimum(ctx.draft_len, self.B_), self.B_)
+            cands = {}
+            for d in range(self.n_arms_):
+                if self.is_lookup_[d]:
+                    v = np.log(et[d, : n[d] + 1]) - np.asarray(self.log_step_[d][: n[d] + 1])
+                    L = int(np.argmax(v))
+                    cands[(d, L)], cands[(d, 0)] = float(et[d, L]), float(et[d, 0])
+                else:
+                    cands[(d, int(n[d]))] = float(et[d, n[d]])
+            per_seq.append(list(cands.items()))
+            models = [(c, e) for c, e in cands.items() if not self.is_lookup_[c[0]]]
+            ref.append(max(models, key=lambda x: x[1]) if models else per_seq[-1][0])
+        base_ms = self.batch_step_ms([c for c, _ in ref])
+        floor = [(1.0 - self.max_slowdown) * e / base_ms - 1e-12 for _, e in ref]
+        best, best_v = [c for c, _ in ref], -math.inf
+        for combo in itertools.product(*per_seq):
+            ms = self.batch_step_ms([c for c, _ in combo])
+            rates = [e / ms for _, e in combo]
+            if all(r >= f for r, f in zip(rates, floor)):
+                v = sum(math.log(r) for r in rates)
+                if v > best_v:
+                    best, best_v = [c for c, _ in combo], v
+        out = []
+        for d, L in best:  # the same exploration as `choose`, per sequence
+            if self.models_.size and self.rng_.random() < self.explore:
+                d = int(self.models_[self.rng_.integers(self.models_.size)])
+            out.append((d, L) if self.is_lookup_[d] else d)
+        return out
+
+
+if __name__ == "__main__":
+    from bandit.simulate import SimConfig, simulate_table
+    from bandit.walk import block_replay
+
+    t = simulate_table(
+        SimConfig(
+            drafter_accept=(0.72,) * 4,
+            workload_shift=(0.0,) * 4,
+            ranking_flips=True,
+            flip_margin=0.6,
+            n_prompts=30,
+            out_len=120,
+            dense=False,
+            seed=0,
+        )
+    )
+    print(f"simulated campaign with planted ranking flips: {t.summary()}")
+    r = block_replay(t, SpecSelect())
+    print(f"[SIM] {r.policy}: mean accepted per logged block {r.mean_reward:.3f} over {r.reward.size} blocks")
