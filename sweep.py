@@ -5,13 +5,31 @@ one schema-v1 JSON line per block goes to runs/<run>/ (see docs/DESIGN.md, docs/
     python sweep.py                     # the embedded CPU default on the zoo models
     python sweep.py --target DIR --drafter NAME=KIND[:key=value,...] ... \\
         --workloads code,math | --workload-file FILE  --mode dense|sparse|live \\
-        --k 8 --max-new-tokens 128 --temperature 0 --seed 0 --out runs/NAME [--resume] [--limit N]
+        --k 8 --max-new-tokens 128 --temperature 0 --seed 0 --out runs/NAME [--resume] [--limit N] \\
+        [--device cuda] [--dtype auto|float32|bfloat16|float16] [--exact-verify]
+    python sweep.py ... --out DIR --shard I/N   # shard I of N, beside the other shards' sweeps
+    python sweep.py ... --ray [ADDRESS] [--workers N]   # on Ray: local, or auto / HOST:PORT
 
-Drafter kinds: ngram, suffix, draft (path=), medusa (path=), eagle (path=), cascade (of=a+b),
+Drafter kinds: ngram, suffix, draft (path=), medusa (path=), eagle (path=), eagle3 (path=: a
+speculators / EAGLE-3 / SpecForge directory), dflash (path=: z-lab's DFlash), cascade (of=a+b),
 or a plug-in (module.path:Class, or an entry point of group specbandit.drafters): see
 harness/drafters.py. Models are paths or names under --models / $MACH_MODELS /
 $SPECBANDIT_MODELS. Benchmark workloads for GPU hosts: see workloads.py.
+
+--dtype auto (the default) is bfloat16 on CUDA and float32 on CPU. Every sweep checks the target
+after each prompt (one teacher-forced verification forward vs the run's own tokens) and records the
+disagreements in the manifest's target_check, warning when there are any; at bfloat16 a near-tie
+can flip between forward shapes, and --exact-verify (one token per target forward, bit-identical to
+generation) makes dense logs equal live runs at any dtype. A short GPU-host check: bench/gpu_smoke.py.
+
+Beyond one process (docs/DESIGN.md, "Campaigns beyond one process"): --shard I/N runs the prompts of
+shard I (by a hash of workload and prompt id) into the campaign directory --out, where the other
+shards' sweeps write beside it; the pooled records are those of one process. --ray runs the whole
+campaign on Ray workers (one per GPU, or per CPU slot), each loading the models once and taking shards
+from a queue; a failed shard is retried. `specbandit merge` combines shards written to separate
+directories.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,21 +53,35 @@ DEFAULT_K = 8
 DEFAULT_LIVE_PROMPTS = 30  # live phase: prompts per workload decoded for real by every configuration
 DEFAULT_GENERATOR = "ngram"  # dense: the target's output comes from speculative decoding with it (exact)
 DEFAULT_TARGET = "zoo/target"
-DEFAULT_DRAFTERS = ["ngram=ngram", "suffix=suffix", "draft=draft:path=zoo/draft", "medusa=medusa:path=zoo/medusa",
-                    "eagle=eagle:path=zoo/eagle", "cascade=cascade:of=draft+ngram"]
+DEFAULT_DRAFTERS = [
+    "ngram=ngram",
+    "suffix=suffix",
+    "draft=draft:path=zoo/draft",
+    "medusa=medusa:path=zoo/medusa",
+    "eagle=eagle:path=zoo/eagle",
+    "cascade=cascade:of=draft+ngram",
+]
 DEFAULT_WORKLOADS = ["code", "math", "chat", "copy"]
-ZOO_FILES = ["zoo/target/config.json", "zoo/target/model.safetensors", "zoo/target/tokenizer.json",
-             "zoo/draft/config.json", "zoo/draft/model.safetensors", "zoo/draft/tokenizer.json",
-             "zoo/medusa/config.json", "zoo/medusa/model.safetensors",
-             "zoo/eagle/config.json", "zoo/eagle/model.safetensors"] + [
-             f"zoo/workloads/{w}.jsonl" for w in DEFAULT_WORKLOADS]
+ZOO_FILES = [
+    "zoo/target/config.json",
+    "zoo/target/model.safetensors",
+    "zoo/target/tokenizer.json",
+    "zoo/draft/config.json",
+    "zoo/draft/model.safetensors",
+    "zoo/draft/tokenizer.json",
+    "zoo/medusa/config.json",
+    "zoo/medusa/model.safetensors",
+    "zoo/eagle/config.json",
+    "zoo/eagle/model.safetensors",
+] + [f"zoo/workloads/{w}.jsonl" for w in DEFAULT_WORKLOADS]
 
 app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
 
 
 def fail(msg: str) -> None:
+    """A problem with the user's input: one line, and bandit.errors' exit code for it (typer's usage errors keep 2)."""
     typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(1)
 
 
 def _kv_list(items: list[str], flag: str) -> dict:
@@ -64,12 +96,13 @@ def _kv_list(items: list[str], flag: str) -> dict:
 
 def _load_policy(spec: str):
     """module.path:Class[:key=value,...] -> Class(**settings)."""
-    from harness.drafters import _settings, resolve_class
+    from harness.drafters import parse_settings, resolve_class
+
     parts = spec.split(":", 2)
     if len(parts) < 2:
         fail(f"--policy {spec!r}: expected module.path:ClassName[:key=value,...]")
     cls = resolve_class(f"{parts[0]}:{parts[1]}")
-    pol = cls(**_settings(parts[2] if len(parts) > 2 else "", f"--policy {spec}"))
+    pol = cls(**parse_settings(parts[2] if len(parts) > 2 else "", f"--policy {spec}"))
     for m in ("reset", "choose", "update"):
         if not callable(getattr(pol, m, None)):
             fail(f"--policy {spec}: the object has no {m}() method (needs reset, choose, update)")
@@ -89,8 +122,9 @@ def _missing_zoo() -> list[str]:
 
 @app.command(help=__doc__)
 def main(
-    target: Optional[str] = typer.Option(None, help="target model dir or name under the models root "
-                                         "(omit for the embedded zoo default)"),
+    target: Optional[str] = typer.Option(
+        None, help="target model dir or name under the models root (omit for the embedded zoo default)"
+    ),
     drafter: List[str] = typer.Option([], "--drafter", help="NAME=KIND[:key=value,...], repeatable"),
     workloads: Optional[str] = typer.Option(None, help="comma-separated workload names (see workloads.py)"),
     workload_file: Optional[str] = typer.Option(None, help="JSONL of {workload, prompt_id, prompt|messages}"),
@@ -103,32 +137,78 @@ def main(
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 = Gumbel-max coupled sampling"),
     seed: int = typer.Option(0, help="keys all sampling noise"),
     out: Optional[str] = typer.Option(None, help="run directory (default runs/<name>-<UTC time>)"),
-    resume: bool = typer.Option(False, help="continue the run in --out, skipping finished prompts "
-                                "(without --out: the newest incomplete run under runs/)"),
+    resume: bool = typer.Option(
+        False,
+        help="continue the run in --out, skipping finished prompts "
+        "(without --out: the newest incomplete run under runs/)",
+    ),
     limit: Optional[int] = typer.Option(None, help="at most N prompts per workload"),
     device: str = typer.Option("cpu", help="cpu | cuda"),
-    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16"),
+    dtype: str = typer.Option("auto", help="auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 | float16"),
+    exact_verify: bool = typer.Option(
+        False,
+        "--exact-verify",
+        help="verify one token per target forward, the forwards "
+        "generation makes, so that dense logs equal live runs bit for bit at any dtype "
+        "(bf16 near-ties otherwise flip between forward shapes; the manifest's "
+        "target_check counts them); costs up to k+1 target forwards per block",
+    ),
     behaviour: Optional[str] = typer.Option(None, help="sparse: the drafter whose draft advances the output"),
-    generator: Optional[str] = typer.Option(None, help="dense: make the target's output by speculative decoding "
-                                            "with this drafter (identical output, fewer target passes)"),
+    generator: Optional[str] = typer.Option(
+        None,
+        help="dense: make the target's output by speculative decoding "
+        "with this drafter (identical output, fewer target passes)",
+    ),
     policy: Optional[str] = typer.Option(None, help="live: module.path:Class[:k=v] choosing a drafter per block"),
-    calibrate: int = typer.Option(0, help="prompts per drafter in a short live timing calibration after the sweep "
-                                  "(ignored when --live-prompts is given)"),
-    live_prompts: int = typer.Option(0, help="live phase after a dense sweep: a seeded sample of N prompts per "
-                                     "workload decoded for real by every fixed drafter and by best-of-N "
-                                     "(live.jsonl; the embedded default uses 30)"),
-    threads: int = typer.Option(0, help="torch CPU threads (0: 1 on cpu, where small models lose more to "
-                                "thread hand-offs than they gain; torch's default on cuda)"),
+    calibrate: int = typer.Option(
+        0,
+        help="prompts per drafter in a short live timing calibration after the sweep "
+        "(ignored when --live-prompts is given)",
+    ),
+    live_prompts: int = typer.Option(
+        0,
+        help="live phase after a dense sweep: a seeded sample of N prompts per "
+        "workload decoded for real by every fixed drafter and by best-of-N "
+        "(live.jsonl; the embedded default uses 30)",
+    ),
+    threads: int = typer.Option(
+        0,
+        help="torch CPU threads (0: 1 on cpu, where small models lose more to "
+        "thread hand-offs than they gain; torch's default on cuda)",
+    ),
+    shard: Optional[str] = typer.Option(
+        None,
+        help="I/N: run only shard I of N of the prompts (by a hash of workload and prompt id) into --out, beside "
+        "the other shards' sweeps; the live phase then runs in one final --resume without --shard",
+    ),
+    ray: bool = typer.Option(
+        False,
+        "--ray",
+        help="run the campaign on Ray: one worker per GPU (per CPU slot on a CPU host), each loading the models "
+        "once and taking shards from a queue; a local Ray unless ADDRESS is given (pip install 'specbandit[ray]')",
+    ),
+    address: Optional[str] = typer.Argument(
+        None,
+        metavar="ADDRESS",
+        help="with --ray: the Ray cluster to join (auto, or HOST:PORT); without one a local Ray is started",
+    ),
+    workers: int = typer.Option(0, help="with --ray: the number of workers (0: one per GPU, or per CPU slot)"),
 ):
-    from harness.lm import HarnessError
-    from workloads import WorkloadError
+    from bandit.errors import EXIT_INPUT, InputError
+
+    if address is not None and not ray:
+        fail(f"{address!r}: an address is given only with --ray (sweep.py --ray [ADDRESS])")
+
     default = target is None
     if default:
         missing = _missing_zoo()
         if missing:
-            fail("the embedded default runs on the zoo models, and these files are missing:\n  "
-                 + "\n  ".join(missing) + "\nmake them with:  python -m zoo.train all\n"
-                 "or give your own --target DIR --drafter ... --workloads ...")
+            fail(
+                "the embedded default runs on the zoo models, and these files are missing:\n  "
+                + "\n  ".join(missing)
+                + "\nmake them with:  python -m zoo.train all\n"
+                "or give your own --target DIR --drafter ... --workloads ..."
+            )
         target = str(REPO / DEFAULT_TARGET)
         if not drafter:
             drafter = [s.replace("path=zoo/", f"path={REPO}/zoo/") for s in DEFAULT_DRAFTERS]
@@ -140,49 +220,134 @@ def main(
         if not (resume and out is None):  # --resume alone: the newest incomplete run under runs/
             out = out or str(REPO / "runs" / f"zoo-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
     try:
-        run_sweep(target=target, drafter=drafter, workloads=workloads, workload_file=workload_file,
-                  workload_path=_kv_list(workload_path, "--workload-path"), data=data, models=models, mode=mode,
-                  k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, out=out, resume=resume,
-                  limit=limit, device=device, dtype=dtype, behaviour=behaviour, generator=generator, policy=policy,
-                  calibrate=calibrate, live_prompts=live_prompts, threads=threads,
-                  runs_root=REPO / "runs" if default else None)
-    except (HarnessError, WorkloadError) as e:
-        fail(str(e))
+        run_sweep(
+            target=target,
+            drafter=drafter,
+            workloads=workloads,
+            workload_file=workload_file,
+            workload_path=_kv_list(workload_path, "--workload-path"),
+            data=data,
+            models=models,
+            mode=mode,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            out=out,
+            resume=resume,
+            limit=limit,
+            device=device,
+            dtype=dtype,
+            behaviour=behaviour,
+            generator=generator,
+            policy=policy,
+            calibrate=calibrate,
+            live_prompts=live_prompts,
+            threads=threads,
+            exact_verify=exact_verify,
+            runs_root=REPO / "runs" if default else None,
+            shard=shard,
+            ray=(address or "local") if ray else None,
+            workers=workers,
+        )
+    except InputError as e:  # HarnessError, WorkloadError, a LogError of a run being resumed
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_INPUT) from None
 
 
 def _abs(p):
     return None if p in (None, "") else _shown_path(os.path.abspath(p))
 
 
-def record_settings(*, mode, k, max_new_tokens, temperature, seed, dtype, device, generator, behaviour, workloads,
-                    workload_names, workload_file, workload_path, data, live_prompts=0) -> dict:
+def record_settings(
+    *,
+    mode,
+    k,
+    max_new_tokens,
+    temperature,
+    seed,
+    dtype,
+    device,
+    generator,
+    behaviour,
+    workloads,
+    workload_names,
+    workload_file,
+    workload_path,
+    data,
+    live_prompts=0,
+    exact_verify=False,
+) -> dict:
     """The settings that change the records, beyond the manifest's (compared on --resume; --limit is not
     one: a run may be continued with more prompts)."""
-    return {"mode": mode, "k": k, "max_new_tokens": max_new_tokens, "temperature": float(temperature),
-            "seed": seed, "dtype": dtype, "device": device, "generator": generator, "behaviour": behaviour,
-            "workloads": list(workloads), "workload_names": list(workload_names),
-            "workload_file": _abs(workload_file),
-            "workload_path": {n: _abs(f) for n, f in sorted((workload_path or {}).items())}, "data": _abs(data),
-            **({"live_prompts": live_prompts} if live_prompts else {})}
+    return {
+        "mode": mode,
+        "k": k,
+        "max_new_tokens": max_new_tokens,
+        "temperature": float(temperature),
+        "seed": seed,
+        "dtype": dtype,
+        "device": device,
+        "generator": generator,
+        "behaviour": behaviour,
+        "workloads": list(workloads),
+        "workload_names": list(workload_names),
+        "workload_file": _abs(workload_file),
+        "workload_path": {n: _abs(f) for n, f in sorted((workload_path or {}).items())},
+        "data": _abs(data),
+        **({"live_prompts": live_prompts} if live_prompts else {}),
+        **({"exact_verify": True} if exact_verify else {}),
+    }
 
 
 def _ids_sha(ids) -> str:
     import hashlib
+
     return hashlib.sha256(json.dumps([int(t) for t in ids]).encode()).hexdigest()[:16]
 
 
-def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_path=None, data=None, models=None,
-              mode="dense", k=8, max_new_tokens=128, temperature=0.0, seed=0, out=None, resume=False, limit=None,
-              device="cpu", dtype="float32", behaviour=None, generator=None, policy=None, calibrate=0, threads=0,
-              quiet=False, runs_root=None, live_prompts=0):
-    """Validate everything, then run. Returns the run directory."""
+def run_sweep(
+    *,
+    target,
+    drafter,
+    workloads=None,
+    workload_file=None,
+    workload_path=None,
+    data=None,
+    models=None,
+    mode="dense",
+    k=8,
+    max_new_tokens=128,
+    temperature=0.0,
+    seed=0,
+    out=None,
+    resume=False,
+    limit=None,
+    device="cpu",
+    dtype="auto",
+    behaviour=None,
+    generator=None,
+    policy=None,
+    calibrate=0,
+    threads=0,
+    quiet=False,
+    runs_root=None,
+    live_prompts=0,
+    exact_verify=False,
+    shard=None,
+    ray=None,
+    workers=0,
+):
+    """Validate everything, then run. Returns the run directory. `shard`: "I/N", this process runs that shard's
+    prompts into `out`; `ray`: an address ("local": a Ray of this command's own), the campaign runs on Ray
+    workers (harness/raypool.py), `workers` of them (0: one per GPU or CPU slot)."""
     import torch
     import workloads as wlmod
     from harness import lm
-    from harness.drafters import DrafterEnv, build_drafters, parse_spec
-    from harness.engine import Engine, RunConfig
+    from harness.drafters import parse_spec
+    from harness.engine import RunConfig
     from harness.rundir import RunDir, find_resumable, make_manifest, preflight
-    from harness.target import Target
+    from harness.worker import Plan, Worker
 
     # 1. Everything that can be checked without loading a model.
     if not drafter:
@@ -190,12 +355,14 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
     specs = [parse_spec(s) for s in drafter]
     cfg = RunConfig(mode, k, max_new_tokens, temperature, seed, behaviour, generator)
     cfg.check([s.name for s in specs])
+    sh = _check_campaign_options(shard, ray, workers, policy, calibrate, out)
     if policy and mode != "live":
         raise lm.HarnessError("--policy applies to --mode live only")
     if policy and resume:
         raise lm.HarnessError("--resume with --policy: a policy's learned state is not saved; start a new run")
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and not ray and not torch.cuda.is_available():  # Ray: each worker checks its own
         raise lm.HarnessError(f"--device {device}: CUDA is not available on this machine")
+    dtype = lm.resolve_dtype(dtype, device)  # recorded resolved: a resume elsewhere must not change it silently
     if limit is not None and limit < 1:
         raise lm.HarnessError(f"--limit {limit}: must be >= 1")
     if live_prompts < 0 or calibrate < 0:
@@ -203,7 +370,7 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
     if live_prompts and mode != "dense":
         raise lm.HarnessError("--live-prompts: the live phase follows a dense sweep (--mode dense)")
     if out is not None:
-        preflight(out, resume)
+        preflight(out, resume, sh)
     names_given = [w for w in (workloads or "").split(",") if w.strip()]
     if names_given and workload_file:
         raise lm.HarnessError("give --workloads NAMES or --workload-file FILE, not both")
@@ -215,109 +382,256 @@ def run_sweep(*, target, drafter, workloads=None, workload_file=None, workload_p
         root = Path(runs_root) if runs_root is not None else Path("runs")
         out = str(find_resumable(root, [(p.workload, p.prompt_id) for p in items]))
         print(f"resume: continuing {out} (the newest incomplete run under {root})", file=sys.stderr)
-        preflight(out, resume)
+        preflight(out, resume, sh)
+    _suffix_corpus(specs, out)
+    carried = [s.name for s in specs if s.kind == "suffix" and s.settings.get("corpus", "run") == "run"]
+    if (sh or ray) and carried:  # known before any model loads (a plug-in's is known once built, below)
+        _refuse_across_prompts(carried[0], sh)
 
-    # 2. Models (tokenizer and path checks happen while building drafters).
-    if threads or device == "cpu":
-        torch.set_num_threads(threads or 1)
-    torch.manual_seed(seed)
+    # 2. Prompts (the tokenizer only), then the workers: the models, loaded once each.
     tok = lm.load_tokenizer(target_dir)
-    model = lm.load_lm(target_dir, device, dtype)
-    env = DrafterEnv(model, tok, target_dir, device, dtype, models, temperature, seed)
-    drafters = build_drafters(specs, env)
-    tgt = Target(model, tok, device, temperature)
     prompts = [(p.workload, p.prompt_id, p.token_ids(tok)) for p in items]
-    n_pos = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     for wl, pid, ids in prompts:
         if not ids:
             raise lm.HarnessError(f"{wl}/{pid}: the prompt tokenizes to nothing")
-        if n_pos and len(ids) + max_new_tokens + k > n_pos:  # refused, not truncated: a cut prompt is another prompt
-            raise lm.HarnessError(f"{wl}/{pid}: {len(ids)} prompt tokens + {max_new_tokens} output tokens + k {k} "
-                                  f"exceed the target's {n_pos} positions; shorten or drop the prompt, or lower "
-                                  "--max-new-tokens")
     wl_names = list(dict.fromkeys(p.workload for p in items))
-    engine = Engine(tgt, drafters, cfg, pol, wl_names)
+    plan = Plan(
+        str(target_dir), specs, mode, k, max_new_tokens, temperature, seed, behaviour, generator, device, dtype, models
+    )
+    plan.exact, plan.threads, plan.workloads = exact_verify, threads, wl_names
+    if ray:
+        from harness import raypool  # the optional extra: only a --ray sweep imports it
 
-    # 3. The run directory.
-    tname = target_dir.name if target_dir.name != "target" else f"{target_dir.parent.name}-target"
-    run_dir = Path(out or f"runs/{tname}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
-    dinfo = {}
-    for s in specs:
-        d = drafters[s.name]
-        info = getattr(d, "info", lambda: {"settings": s.settings, "sha256": None})()
-        settings = {k: _shown_path(v) for k, v in info.get("settings", s.settings).items()}
-        dinfo[s.name] = {"kind": s.kind, "settings": settings, "sha256": info.get("sha256")}
-    shown = _shown_path(str(target_dir)) if Path(target_dir).is_absolute() else str(target)
-    manifest = make_manifest(run_dir.name, mode, {"name": tname, "path": shown, "sha256": lm.weights_sha256(target_dir)},
-                             dinfo, k, temperature, seed, wl_names, device)
-    settings = record_settings(mode=mode, k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                               dtype=dtype, device=device, generator=generator, behaviour=behaviour,
-                               workloads=wl_names, workload_names=names, workload_file=workload_file,
-                               workload_path=workload_path, data=data, live_prompts=live_prompts)
-    prompt_sha = {(wl, pid): _ids_sha(ids) for wl, pid, ids in prompts}
-    rd = RunDir(run_dir, manifest, resume, settings=settings, prompt_sha=prompt_sha)
-    make = lambda: build_drafters(specs, env)  # noqa: E731 - fresh drafters for the live phase
+        runner = raypool.Pool(plan, None if ray == "local" else ray, workers)
+    else:
+        runner = Worker(plan, pol)
     try:
-        return _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, seed, mode, calibrate,
-                      quiet, live_prompts, make)
+        info = runner.info
+        _check_lengths(prompts, info["n_pos"], max_new_tokens, k)
+        if (sh or ray) and info["across_prompts"]:
+            _refuse_across_prompts(info["across_prompts"][0], sh)
+
+        # 3. The run directory.
+        tname = target_dir.name if target_dir.name != "target" else f"{target_dir.parent.name}-target"
+        run_dir = Path(out or f"runs/{tname}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
+        dinfo = {
+            n: {**d, "settings": {key: _shown_path(v) for key, v in d["settings"].items()}}
+            for n, d in info["drafters"].items()
+        }
+        shown = _shown_path(str(target_dir)) if Path(target_dir).is_absolute() else str(target)
+        manifest = make_manifest(
+            run_dir.name,
+            mode,
+            {"name": tname, "path": shown, "sha256": lm.weights_sha256(target_dir)},
+            dinfo,
+            k,
+            temperature,
+            seed,
+            wl_names,
+            device,
+        )
+        manifest["hardware"] = info["hardware"]  # the workers' (a Ray driver may have no GPU of its own)
+        manifest["n_prompts"] = len(prompts)
+        settings = record_settings(
+            mode=mode,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            dtype=dtype,
+            device=device,
+            generator=generator,
+            behaviour=behaviour,
+            workloads=wl_names,
+            workload_names=names,
+            workload_file=workload_file,
+            workload_path=workload_path,
+            data=data,
+            live_prompts=live_prompts,
+            exact_verify=exact_verify,
+        )
+        prompt_sha = {(wl, pid): _ids_sha(ids) for wl, pid, ids in prompts}
+        n_shards = runner.shards_for(len(prompts)) if ray else None
+        rd = RunDir(run_dir, manifest, resume, settings=settings, prompt_sha=prompt_sha, shard=sh, n_shards=n_shards)
+        try:
+            return _sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, sh)
+        finally:
+            rd.close()
     finally:
-        rd.close()
+        runner.close()
 
 
-def _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, seed, mode, calibrate, quiet,
-           live_prompts=0, make_drafters=None):
+def _check_campaign_options(shard, ray, workers, policy, calibrate, out):
+    """--shard / --ray / --workers against each other and the rest; returns the parsed shard (or None)."""
+    from harness import shards
+    from harness.lm import HarnessError
+
+    try:
+        sh = shards.parse_shard(shard) if shard is not None else None
+    except shards.CampaignError as e:
+        raise HarnessError(str(e)) from None
+    if sh and ray:
+        raise HarnessError("--shard with --ray: Ray splits the campaign itself; give one of them")
+    if workers and not ray:
+        raise HarnessError(f"--workers {workers}: applies to --ray only")
+    if workers < 0:
+        raise HarnessError(f"--workers {workers}: must be >= 0")
+    if policy and (sh or ray):
+        raise HarnessError("--policy learns from the prompts in their order: run it in one process (no --shard, --ray)")
+    if sh and calibrate:
+        raise HarnessError("--calibrate with --shard: calibrate in the final --resume without --shard")
+    if sh and out is None:
+        raise HarnessError(f"--shard {sh}: give --out, the campaign directory every shard writes into")
+    return sh
+
+
+def _refuse_across_prompts(name, shard) -> None:
+    from harness.lm import HarnessError
+
+    raise HarnessError(
+        f"--drafter {name}: its drafts depend on the prompts run before it in the same process (suffix: "
+        "corpus=run), so shards would differ from one process; use corpus=prompt (the default of new runs), "
+        f"or run without {'--shard' if shard else '--ray'}"
+    )
+
+
+def _check_lengths(prompts, n_pos, max_new_tokens, k) -> None:
+    from harness.lm import HarnessError
+
+    for wl, pid, ids in prompts:
+        if n_pos and len(ids) + max_new_tokens + k > n_pos:  # refused, not truncated: a cut prompt is another prompt
+            raise HarnessError(
+                f"{wl}/{pid}: {len(ids)} prompt tokens + {max_new_tokens} output tokens + k {k} "
+                f"exceed the target's {n_pos} positions; shorten or drop the prompt, or lower "
+                "--max-new-tokens"
+            )
+
+
+def _suffix_corpus(specs, out) -> None:
+    """The suffix drafter's corpus (harness/drafters.py, SuffixDrafter): a new campaign gets corpus=prompt, exact
+    under shards and Ray; a campaign already in `out` keeps what its manifest recorded (none recorded: a run from
+    before the setting, corpus=run)."""
+    recorded = {}
+    mpath = Path(out) / "manifest.json" if out else None
+    if mpath is not None and mpath.is_file():
+        try:
+            recorded = json.loads(mpath.read_text()).get("drafters") or {}
+        except (OSError, ValueError, AttributeError):
+            recorded = {}  # RunDir reports an unreadable manifest
+    for s in specs:
+        if s.kind != "suffix" or "corpus" in s.settings:
+            continue
+        old = recorded.get(s.name) if isinstance(recorded.get(s.name), dict) else None
+        if old is None or old.get("kind") != "suffix":
+            s.settings["corpus"] = "prompt"
+        elif "corpus" in (old.get("settings") or {}):
+            s.settings["corpus"] = old["settings"]["corpus"]
+        else:
+            print(
+                f"note: drafter {s.name}: {out} was recorded before suffix corpus= existed; it keeps "
+                "corpus=run (every earlier output of the run)",
+                file=sys.stderr,
+            )
+
+
+def _batches(rd, prompts, shard):
+    """What this sweep's workers run: (part tag, items) with items (workload, prompt_id, ids, output or None).
+    One process: every prompt in order, the finished ones with their output (given to the drafters, as if
+    run); a shard: its unfinished prompts; a Ray driver: each shard part's unfinished prompts."""
+    key = lambda p: (p[0], p[1])
+    if rd.shards and shard is None:  # Ray: the campaign's every shard, one queue entry each
+        from harness.shards import shard_of
+
+        parts = {}
+        for p in prompts:
+            if key(p) not in rd.done:
+                parts.setdefault(shard_of(p[0], p[1], rd.shards), []).append((*p, None))
+        return [(f"s{i}of{rd.shards}", items) for i, items in sorted(parts.items())]
+    if shard is not None:
+        return [(None, [(*p, None) for p in prompts if shard.holds(p[0], p[1]) and key(p) not in rd.done])]
+    return [(None, [(*p, rd.done.get(key(p))) for p in prompts])]
+
+
+def _sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts=0, shard=None):
     from tqdm import tqdm
 
-    from harness.calibrate import live_phase, time_verify
-    from harness.engine import RunConfig
-
     # 4. The sweep.
-    todo = [p for p in prompts if (p[0], p[1]) not in rd.done]
+    mine = [p for p in prompts if shard is None or shard.holds(p[0], p[1])]
+    todo = [p for p in mine if (p[0], p[1]) not in rd.done]
     say = (lambda *a: None) if quiet else (lambda m: tqdm.write(m))
-    say(f"run {rd.dir}: {len(prompts)} prompts ({len(prompts) - len(todo)} already done), "
-        f"{len(drafters)} drafters, mode {mode}, k={k}")
+    part = f" (shard {shard}: {len(mine)} of them)" if shard else f" in {rd.shards} shards" if rd.shards else ""
+    say(
+        f"run {rd.dir}: {len(prompts)} prompts{part} ({len(mine) - len(todo)} already done), "
+        f"{len(runner.info['drafters'])} drafters, mode {cfg.mode}, k={cfg.k}"
+    )
     n_blocks, t_start = 0, time.perf_counter()
-    bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), unit="prompt", disable=quiet, dynamic_ncols=True)
-    live_ms: dict[str, list[float]] = {n: [] for n in drafters}
-    for wl, pid, ids in prompts:
-        if (wl, pid) in rd.done:  # finished before a restart: only give its output to the drafters
-            engine.skip(rd.done[(wl, pid)])
-            continue
-        res = engine.run_prompt(wl, pid, ids)
-        rd.append(wl, pid, res.records, res.output)
-        n_blocks += len(res.records)
-        for n, v in res.timings.get("draft", {}).items():
+    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="prompt", disable=quiet, dynamic_ncols=True)
+    live_ms: dict[str, list[float]] = {n: [] for n in runner.info["drafters"]}
+    for tag, res in runner.run(_batches(rd, prompts, shard)):
+        wl, pid = res["workload"], res["prompt_id"]
+        rd.append(wl, pid, res["records"], res["output"], tag)
+        if res["check"] is not None:
+            rd.append_check(wl, pid, res["check"], tag)
+        rd.count(res["worker"], res["where"], len(res["records"]), res["seconds"])
+        n_blocks += len(res["records"])
+        for n, v in res["draft_ms"].items():
             live_ms[n] += v
-        rate = n_blocks / max(1e-9, time.perf_counter() - t_start)
-        bar.set_postfix_str(f"{rate:.1f} blocks/s")
+        bar.set_postfix_str(f"{n_blocks / max(1e-9, time.perf_counter() - t_start):.1f} blocks/s")
         bar.update(1)
     bar.close()
+    for wid, n in getattr(runner, "failures", {}).items():
+        rd.workers.setdefault(wid, {"prompts": 0, "records": 0, "seconds": 0.0})["failures"] = n
+    if shard is not None:
+        return _finish_shard(rd, prompts, runner, live_prompts, say)
+    _after_sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, live_ms, say)
+    rd.manifest["target_check"] = check = target_check(rd, runner.info)
+    if check["disagreements"] and not check["exact_verify"]:
+        print(
+            f"warning: the target's verification forward disagreed with the run's own token on "
+            f"{check['disagreements']} of {check['tokens']} output tokens ({check['prompts']} prompts, first "
+            f"{check['first'][0]}) at {check['dtype']}; dense logs may differ from live runs there "
+            "(--exact-verify makes them agree)",
+            file=sys.stderr,
+        )
+    rd.manifest["complete"] = True  # every prompt (and the live phase) done: analyses read it as finished
+    rd.write_manifest()
+    _say_done(rd, n_blocks, say)
+    return rd.dir
 
-    # 5. Timing calibration (after the sweep: the live phase changes drafter state).
+
+def _after_sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, live_ms, say) -> None:
+    """5. Timing calibration (after the sweep: the live phase changes drafter state), on one worker."""
     import statistics
+
+    from tqdm import tqdm
+
+    from harness import livephase
+
+    names, k, info = list(runner.info["drafters"]), cfg.k, runner.info
     timing, raw = None, None
-    if mode == "live":
+    if cfg.mode == "live":
         pre = [ids + rd.done[(wl, pid)][: max(1, len(rd.done[(wl, pid)]) // 2)] for wl, pid, ids in prompts[:4]]
-        vm, vb = time_verify(tgt, pre, k, len(drafters))
-        timing = {"verify_ms": vm, "verify_batch_ms": vb,
-                  "drafter_ms": {n: (round(statistics.median(v), 4) if v else None) for n, v in live_ms.items()}}
+        vm, vb = runner.time_verify(pre, k, len(names))
+        timing = {
+            "verify_ms": vm,
+            "verify_batch_ms": vb,
+            "drafter_ms": {n: (round(statistics.median(v), 4) if v else None) for n, v in live_ms.items()},
+        }
     elif live_prompts > 0:
-        from harness import livephase
-        n_live = len(livephase.sample(prompts, live_prompts, seed))
-        configs = livephase.configurations(list(drafters))
+        n_live = len(livephase.sample(prompts, live_prompts, cfg.seed))
+        configs = livephase.configurations(names)
         say(f"live phase: {n_live} prompts x {len(configs)} configurations ({', '.join(configs)})")
         lbar = tqdm(total=n_live * len(configs), unit="decode", desc="live", disable=quiet, dynamic_ncols=True)
-        summary = livephase.run(rd, tgt, make_drafters, prompts, RunConfig("live", k, max_new_tokens, temperature,
-                                                                            seed), live_prompts, lbar.update)
+        summary = livephase.run(rd, runner.live, prompts, names, cfg, live_prompts, lbar.update)
         lbar.close()
-        timing = livephase.timing(rd, tgt, prompts, k, len(drafters))
+        livephase.warn(summary, cfg.temperature, info["dtype"], info["exact"])
+        timing = livephase.timing(rd, runner.time_verify, prompts, k, len(names))
         rd.manifest["live"] = summary
     elif calibrate > 0:
         say(f"live calibration phase: {calibrate} prompt(s) per drafter")
         cal = prompts[:calibrate]
-        cbar = tqdm(total=len(cal) * len(drafters), unit="prompt", desc="calibration", disable=quiet)
-        timing, raw = live_phase(tgt, drafters, cal, RunConfig("live", k, min(max_new_tokens, 64), temperature, seed),
-                                 cbar.update)
+        cbar = tqdm(total=len(cal) * len(names), unit="prompt", desc="calibration", disable=quiet)
+        timing, raw = runner.calibrate(cal, cbar.update)
         cbar.close()
     if timing is not None:
         timing["drafter_ms"] = {n: v for n, v in timing["drafter_ms"].items() if v is not None}
@@ -325,14 +639,55 @@ def _sweep(rd, prompts, drafters, engine, tgt, k, max_new_tokens, temperature, s
         rd.write_manifest()
         if raw is not None:
             rd.write_text("live_calibration.json", json.dumps(raw, indent=2) + "\n")
-    rd.manifest["complete"] = True  # every prompt (and the live phase) done: analyses read it as finished
-    rd.write_manifest()
+
+
+def _finish_shard(rd, prompts, runner, live_prompts, say):
+    """A shard's end: its throughput and the campaign's target check so far into the manifest, and, when every
+    prompt of the campaign is done (the last shard to finish) and no live phase remains, `complete`."""
+
+    def update(m):
+        missing = sum(1 for p in prompts if (p[0], p[1]) not in rd.done)
+        m["target_check"] = target_check(rd, runner.info)
+        if not missing and not live_prompts:
+            m["complete"] = True
+        return missing
+
+    missing = rd.update_manifest(update)
+    if missing:
+        say(f"shard {rd.shard} done; the campaign still lacks {missing} prompts of other shards")
+    elif live_prompts:
+        say(
+            f"every prompt of the campaign is done; the live phase remains: python sweep.py --resume --out {rd.dir} "
+            "(the same options, without --shard)"
+        )
+    _say_done(rd, None, say)
+    return rd.dir
+
+
+def _say_done(rd, n_blocks, say) -> None:
     shown = rd.dir.resolve()
     if shown.is_relative_to(Path.cwd()):  # the short form the analysis commands are usually typed with
         shown = shown.relative_to(Path.cwd())
-    say(f"logs: {shown / rd.blocks.name} ({n_blocks} new records), manifest: {shown / 'manifest.json'}")
+    several = rd.blocks is None or len([p for p in rd.parts.values() if p.blocks.exists()]) > 1
+    logs = shown / (f"blocks_{rd.mode}*.jsonl" if several else rd.blocks.name)
+    new = "" if n_blocks is None else f" ({n_blocks} new records)"
+    say(f"logs: {logs}{new}, manifest: {shown / 'manifest.json'}")
     say(f"analyse with:\n  python bandit/replay.py {shown}\n  python bandit/ci.py {shown}")
-    return rd.dir
+
+
+def target_check(rd, info) -> dict:
+    """The manifest's `target_check` from every part's target check lines (finished prompts only)."""
+    seen = rd.check_lines()
+    bad = [r for r in seen if r["disagreements"]]
+    return {
+        "prompts_checked": len(seen),
+        "tokens": sum(r["tokens"] for r in seen),
+        "disagreements": sum(r["disagreements"] for r in seen),
+        "prompts": len(bad),
+        "first": [f"{r['workload']}/{r['prompt_id']}@{r['first']}" for r in bad[:5]],
+        "dtype": info["dtype"],
+        "exact_verify": bool(info["exact"]),
+    }
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import typer
 
 from bandit import livelog, progress, selector, trajectory, wallclock
 from bandit.bootstrap import boot_totals, interval, no_variation
-from bandit.costmodel import Costs, breakeven_regime, breakeven_rho, costs_for, speedup_equal, whatif
+from bandit.costmodel import Costs, breakeven_regime, breakeven_rho, costs_for, engine_costs, speedup_equal, whatif
 from bandit.errors import InputError
 from bandit.logs import default_inputs, load_logs, output_path
 
@@ -79,6 +79,7 @@ class BreakevenReport:
     ci_how: str
     sources: tuple = ()
     live: dict | None = None  # the live phase's best-of-N entry (bandit/wallclock.py), if the run has one
+    engine: Costs | None = None  # costs measured inside a production engine (--engine-timing), if given
     n_workloads: int = 0
 
     @property
@@ -167,6 +168,25 @@ def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int 
     )
 
 
+def engine_lines(r: BreakevenReport) -> list[str]:
+    """Best-of-N and each single alternative under the production engine's costs (same token gains and CIs)."""
+    e = r.engine
+    p = r.drafters.index(r.primary)
+    alts = [j for j in range(len(r.drafters)) if j != p]
+    out = [f"## under the engine's measured costs: {e.describe()} [MEASURED costs, MODEL speedups]"]
+
+    def band(g: Band, js: list[int]) -> Band:
+        f = lambda x: e.speedup(p, js, 1.0, x)
+        return Band(float(f(g.value)), float(f(g.lo)), float(f(g.hi)), "MODEL")
+
+    out.append(f"best-of-N (R = 1), alpha {e.alpha(r.K):.3f}: speedup {band(r.bon_gain, alts).fmt()}")
+    for d, g in r.single_gain.items():
+        j = r.drafters.index(d)
+        out.append(f"always re-draft with {d} (R = 1), rho {e.rho[j]:.3f}: speedup {band(g, [j]).fmt()}")
+    out.append("(the selector's operating point is fitted under the campaign's own costs above, not refitted here)")
+    return out
+
+
 def render(r: BreakevenReport) -> str:
     tag = "unlabelled" if r.label == "UNLABELLED" else r.label
     c = r.costs
@@ -226,6 +246,8 @@ def render(r: BreakevenReport) -> str:
             f"token gain {s['selector_token_gain'].fmt(pct=True)}, redraft rate "
             f"{s['selector_redraft_rate'].fmt()}, speedup {sp.fmt()}: {verdict} [MODEL]"
         )
+    if r.engine is not None:
+        lines += ["", *engine_lines(r)]
     lines += [
         "",
         "## what-if: every drafter at the same rho (speedup of best-of-N over the primary alone) [MODEL]",
@@ -301,6 +323,13 @@ def cli(
     refit_resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the selector refits")] = 200,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+    engine_timing: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="a production engine's timing in the manifest's form with its 'engine' named (e.g. "
+            "bench/vllm_timing.json from bench/vllm_crosscheck.py): the verdicts also under its costs"
+        ),
+    ] = None,
 ) -> None:
     """Wall-clock break-even of re-drafting (docs/DESIGN.md cost model), every number with a 95% CI.
 
@@ -308,6 +337,7 @@ def cli(
     the break-even rho (null: no break-even on rho >= 0). Otherwise reads PATHS (default: the default campaign under
     runs/): best-of-N, each single alternative and the LOWO selector under the manifest's measured costs (else the
     what-if), and an equal-rho table; with --out (or for the default campaign) writes the report and a plot.
+    --engine-timing FILE adds best-of-N and each alternative under a production engine's measured costs.
     """
     progress.quiet(quiet)
     if gain is not None or redraft is not None:
@@ -328,7 +358,7 @@ def cli(
             regime = breakeven_regime(gain, redraft, alternatives, alpha)
             typer.echo(f"break-even rho: {ans['breakeven_rho']} ({regime}) [MODEL]")
         return
-    typer.echo(main(paths or [], out, resamples, refit_resamples, seed), nl=False)
+    typer.echo(main(paths or [], out, resamples, refit_resamples, seed, engine_timing), nl=False)
 
 
 def _live_entry(t, seed: int) -> dict | None:
@@ -344,8 +374,23 @@ def _live_entry(t, seed: int) -> dict | None:
     return next((e for e in res.entries if e["config"] == "best_of_n"), None)
 
 
+def read_engine_timing(path: Path) -> dict:
+    try:
+        obj = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: expected a JSON object (a timing file in the manifest's form)")
+    return obj
+
+
 def main(
-    paths: Sequence[Path] = (), out: Path | None = None, n_resamples: int = 2000, n_refit: int = 200, seed: int = 0
+    paths: Sequence[Path] = (),
+    out: Path | None = None,
+    n_resamples: int = 2000,
+    n_refit: int = 200,
+    seed: int = 0,
+    engine_timing: Path | None = None,
 ) -> str:
     said = ""
     if not paths:
@@ -354,6 +399,9 @@ def main(
     t = load_logs(paths)
     r = report_from_table(t, n_resamples, n_refit, seed)
     r = dataclasses.replace(r, live=_live_entry(t, seed))
+    if engine_timing is not None:
+        m = t.manifests[0] if t.manifests else None
+        r = dataclasses.replace(r, engine=engine_costs(t.drafters, m, read_engine_timing(engine_timing)))
     text = render(r)
     tail = ""
     if out is not None:

@@ -15,7 +15,8 @@ from typing import Annotated
 import typer
 
 import sweep
-from bandit import __version__, breakeven, ci, core, logs, replay, selector, simulate, wallclock
+from harness import merge
+from bandit import __version__, breakeven, ci, core, logs, observed, replay, selector, simulate, wallclock
 from bandit.errors import boundary
 
 
@@ -35,6 +36,7 @@ def convert_checkpoint(
 
 COMMANDS = (  # name, the function, and what it is for (the first line of its help)
     ("sweep", sweep.main),  # collect block logs: every drafter drafts from the identical prefix
+    ("merge", merge.merge),  # shards or runs of one campaign -> one campaign directory
     ("validate", logs.cli),  # check logs: one summary line, or the first located error
     ("pack", logs.pack),  # JSONL logs -> blocks_*.parquet that every command reads
     ("replay", replay.cli),  # mean accepted table, oracles, trajectories
@@ -44,6 +46,7 @@ COMMANDS = (  # name, the function, and what it is for (the first line of its he
     ("wallclock", wallclock.cli),  # the timing model against the live phase
     ("policies", core.cli),  # every drafter-selection policy replayed
     ("simulate", simulate.cli),  # a simulated campaign [SIM]
+    ("import-vllm", observed.import_vllm_cli),  # vLLM's spec-decode counters -> an observed-only record
     ("convert-checkpoint", convert_checkpoint),  # pickled head weights -> safetensors (the one unpickling step)
 )
 

@@ -157,6 +157,30 @@ def costs_for(drafters: Sequence[str], manifest: dict | None) -> Costs:
     return Costs(tuple(drafters), np.array([rho[d] for d in drafters]), union, "measured", str(hardware))
 
 
+def engine_costs(drafters: Sequence[str], manifest: dict | None, engine: dict) -> Costs:
+    """Costs with the target's verification (and the drafters it timed) measured inside a production engine.
+
+    `engine` is a timing file in the manifest's form plus `engine` (its name and version), e.g. what
+    bench/vllm_crosscheck.py writes: its `verify_ms`, `verify_batch_ms` and `drafter_ms` replace the
+    campaign's; a drafter the engine did not time keeps the harness's call time, so its rho is the
+    harness's call over the engine's verification (said in `hardware`).
+    """
+    name = engine.get("engine")
+    if not isinstance(name, str) or not isinstance(engine.get("timing"), dict):
+        raise InputError("engine timing: expected an object with 'engine' (name and version) and 'timing'")
+    own = dict((manifest or {}).get("timing") or {})
+    et = engine["timing"]
+    timing = {**own, **{k: et[k] for k in ("verify_ms", "verify_batch_ms") if k in et}}
+    timing["drafter_ms"] = {**(own.get("drafter_ms") or {}), **(et.get("drafter_ms") or {})}
+    merged = {**(manifest or {}), "timing": timing, "run": f"{name} timing", "hardware": engine.get("hardware") or {}}
+    c = costs_for(drafters, merged)
+    if c.source != "measured":
+        raise InputError(f"engine timing ({name}): {c.why}; the campaign's manifest must time the other drafters")
+    kept = [d for d in drafters if d not in (et.get("drafter_ms") or {})]
+    note = f"; {', '.join(kept)}: the harness's call times" if kept else ""
+    return Costs(c.drafters, c.rho, c.union, "measured", f"{name} on {c.hardware}{note}")
+
+
 def rho_alpha_from_manifest(manifest: dict | None) -> tuple[dict[str, float], float] | None:
     """(rho per drafter, alpha of union verification of two drafts) from a manifest's `timing`, or None.
 

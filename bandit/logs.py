@@ -32,6 +32,7 @@ import typer
 
 from bandit.columnar import ParquetPart, StaleCache, block_table, cache_dir, cached, read_arrow, write_cache
 from bandit.columnar import write_file, write_parquet
+from bandit.observed import is_observed, refuse_counterfactual
 from bandit.records import Drafters, Keys, file_sha256, iter_records, read_exact
 from bandit.schema import EMPTY_DRAFT_FEATURES, FEATURES, LABELS, SCHEMA_VERSION
 from bandit.table import BlockTable, LogError, LogSource, assemble, first_gap, table_from_records
@@ -67,6 +68,8 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         p = Path(p)
+        if is_observed(p):  # an engine's counters are no block log: every reader of logs refuses them, saying why
+            refuse_counterfactual(p)
         if p.is_dir():
             found = sorted(q for q in p.rglob("blocks_*") if q.name.endswith(SUFFIXES) and q.is_file())
             if not found:

@@ -29,6 +29,7 @@ import typer
 from bandit import trajectory
 from bandit.bootstrap import degenerate, fmt, fmt_ci, no_variation
 from bandit.logs import default_inputs, load_logs, output_path
+from bandit.observed import is_observed, summarize_observed
 from bandit.replay_stats import accepted_entries, table_stats
 from bandit.schema import code_version
 from bandit.table import BlockTable
@@ -350,6 +351,10 @@ def cli(
     workload_headroom, per_block_gap, n_blocks, trajectory and tokens_per_pass and per_position on dense logs, ci);
     --drafters a,b restricts the drafters.
     """
+    if paths and all(is_observed(p) for p in paths):  # an engine's own counters: only what they observed
+        for p in paths:
+            summarize_observed(p)
+        return
     t, said = _load(paths, drafters)
     s = summarize(t)
     if resamples > 0:

@@ -7,6 +7,7 @@ verified tokens (`verify_ms`) and for N = 1..D drafts of length k in one tree fo
 (`verify_batch_ms`), medians over prefixes and repeats. Drafter instances used here keep
 the state the live phase gives them: run this after a dense sweep, not before.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -37,7 +38,7 @@ def time_verify(target: Target, prefixes: list[list[int]], k: int, n_drafts: int
         cache = lm.new_cache()
         lm.forward(target.model, torch.tensor(ids[:-1], device=dev), cache)
         c = lm.cache_len(cache)
-        rand = lambda n: torch.randint(0, V, (n,), generator=g).tolist()  # noqa: E731 - timing only
+        rand = lambda n: torch.randint(0, V, (n,), generator=g).tolist()
         target.verify(cache, ids[-1:], [rand(k)], len(ids), 0)  # warm-up, untimed
         lm.crop(cache, c)
         for _ in range(reps):
@@ -53,13 +54,16 @@ def time_verify(target: Target, prefixes: list[list[int]], k: int, n_drafts: int
                 target.verify(cache, ids[-1:], chains, len(ids), 0, want_p=False)
                 by_drafts[n].append(now_ms(dev) - t0)
                 lm.crop(cache, c)
-    med = lambda xs: round(statistics.median(xs), 4)  # noqa: E731
-    return ({"tokens": list(by_tokens), "ms": [med(v) for v in by_tokens.values()]},
-            {"drafts": list(by_drafts), "ms": [med(v) for v in by_drafts.values()]})
+    med = lambda xs: round(statistics.median(xs), 4)
+    return (
+        {"tokens": list(by_tokens), "ms": [med(v) for v in by_tokens.values()]},
+        {"drafts": list(by_drafts), "ms": [med(v) for v in by_drafts.values()]},
+    )
 
 
-def live_phase(target: Target, drafters: dict, prompts: list[tuple[str, str, list[int]]], cfg: RunConfig,
-               progress=None) -> tuple[dict, dict]:
+def live_phase(
+    target: Target, drafters: dict, prompts: list[tuple[str, str, list[int]]], cfg: RunConfig, progress=None
+) -> tuple[dict, dict]:
     """Run each drafter live on `prompts`; returns (timing for the manifest, raw numbers)."""
     draft_ms, tokens_per_s, prefixes = {}, {}, []
     for name, d in drafters.items():
@@ -79,6 +83,9 @@ def live_phase(target: Target, drafters: dict, prompts: list[tuple[str, str, lis
         tokens_per_s[name] = round(toks / (wall / 1000.0), 2) if wall else None
     verify_ms, verify_batch_ms = time_verify(target, prefixes, cfg.k, len(drafters))
     timing = {"verify_ms": verify_ms, "verify_batch_ms": verify_batch_ms, "drafter_ms": draft_ms}
-    raw = {"live_tokens_per_s": tokens_per_s, "prompts": [[w, p] for w, p, _ in prompts],
-           "max_new_tokens": cfg.max_new_tokens}
+    raw = {
+        "live_tokens_per_s": tokens_per_s,
+        "prompts": [[w, p] for w, p, _ in prompts],
+        "max_new_tokens": cfg.max_new_tokens,
+    }
     return timing, raw

@@ -13,7 +13,19 @@
 
 Draft length at output position pos is min(k, max_new_tokens - 1 - pos) in every mode, so a
 block never overruns the budget and the three modes see the same prefixes and drafts.
+
+Target hidden states: the engine asks the target, in every forward, for the union of what its
+drafters declare (`drafters.feature_layers`; "last" always, it is free: the lm_head's input)
+and keeps one buffer per key over the prompt's positions.
+
+The target check (`check=True`; sweep.py turns it on): after each prompt, one teacher-forced
+verification forward over its final sequence (prompt + output, the tree-forward shape that live
+runs use) recomputes the target's token at every output position; `PromptResult.check` counts
+where it differs from the run's own token (in dense mode: generation's). At float32 that is 0 in
+practice; at bfloat16 near-ties flip, and a dense log may then differ from a live run (see
+target.py, `exact`).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -22,14 +34,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .drafters import Draft, Prefix, Sequence
-from .lm import HarnessError
+from bandit.schema import LOOKUP_KINDS, Context, Timing, draft_features
+
+from .drafters import Draft, Prefix, Sequence, feature_layers
+from .lm import LAST, HarnessError
 from . import lm
 from .sampling import expected_accepted, prompt_key
 from .target import Target, now_ms
 
 MODES = ("dense", "sparse", "live")
-LOOKUP_KINDS = ("ngram", "suffix")  # drafters whose draft a policy may see before choosing
 
 
 @dataclass
@@ -59,30 +72,17 @@ class RunConfig:
             raise HarnessError(f"--generator {self.generator!r}: not among the drafters {drafters}")
 
 
-@dataclass
-class PolicyCtx:
-    """What a live policy sees before choosing (NaN = unknown)."""
-    workload: int
-    prompt: int
-    pos: int
-    prev_accepted: np.ndarray  # (D,)
-    prev_features: np.ndarray  # (D, 4): conf_mean, conf_min, conf_first, ent_mean
-    draft_len: np.ndarray  # (D,) lookup drafters: their actual draft length here; others: the length asked
-
-
-def draft_features(d: Draft) -> tuple[float, float, float, float]:
-    if not d.tokens:  # bandit/logs.py's convention for an empty draft
-        return (0.0, 0.0, 0.0, 0.0)
-    return (float(np.mean(d.conf)), float(np.min(d.conf)), float(d.conf[0]), float(np.mean(d.entropy)))
-
-
 def _r(x: float, nd: int = 6) -> float:
     return round(float(x), nd)
 
 
 def draft_record(d: Draft, accepted: int, exp_acc: float | None, ms: float | None) -> dict:
-    rec = {"tokens": [int(t) for t in d.tokens], "accepted": int(accepted),
-           "conf": [min(1.0, max(0.0, _r(c))) for c in d.conf], "entropy": [max(0.0, _r(e)) for e in d.entropy]}
+    rec = {
+        "tokens": [int(t) for t in d.tokens],
+        "accepted": int(accepted),
+        "conf": [min(1.0, max(0.0, _r(c))) for c in d.conf],
+        "entropy": [max(0.0, _r(e)) for e in d.entropy],
+    }
     if exp_acc is not None:
         rec["expected_accepted"] = min(float(len(d.tokens)), _r(exp_acc))
     if ms is not None:
@@ -104,15 +104,27 @@ class PromptResult:
     records: list[dict]
     output: list[int]
     timings: dict = field(default_factory=dict)  # live/sparse: raw wall times for calibration
-    state: tuple | None = None  # sparse/live: (target features of ids[:-1], cache over ids[:-1])
+    state: tuple | None = None  # sparse/live: ("last" target state (len(ids)-1, H), cache over ids[:-1])
+    hidden: dict = field(default_factory=dict)  # sparse/live: every tapped state, key -> (len(ids)-1, H)
+    check: dict | None = None  # the target check: {"tokens", "disagreements", "first"} (None: not run)
 
 
 class Engine:
-    def __init__(self, target: Target, drafters: dict, cfg: RunConfig, policy=None, workloads: list[str] = (),
-                 best_of_n: bool = False):
+    def __init__(
+        self,
+        target: Target,
+        drafters: dict,
+        cfg: RunConfig,
+        policy=None,
+        workloads: list[str] = (),
+        best_of_n: bool = False,
+        check: bool = False,
+    ):
         cfg.check(list(drafters))
         self.target, self.drafters, self.cfg, self.policy = target, drafters, cfg, policy
         self.best_of_n = best_of_n
+        self.check = check  # the target check after each prompt (see the module's doc)
+        self.taps = self._taps()
         if best_of_n and (cfg.mode != "live" or policy is not None):
             raise HarnessError("best-of-N is a live mode without a policy")
         self.names = list(drafters)
@@ -120,14 +132,27 @@ class Engine:
         self.n_prompts = 0
         self.dev = target.device
         if cfg.mode == "live" and policy is None and not best_of_n and len(drafters) != 1:
-            raise HarnessError(f"--mode live runs one drafter, or a --policy choosing among several; "
-                               f"got {len(drafters)} drafters and no policy")
-        if policy is not None:  # bandit/replay.py's protocol passes timing; a minimal policy may not take it
+            raise HarnessError(
+                f"--mode live runs one drafter, or a --policy choosing among several; "
+                f"got {len(drafters)} drafters and no policy"
+            )
+        if policy is not None:  # bandit.schema's Policy protocol passes a Timing; a minimal policy may not take it
             params = inspect.signature(policy.reset).parameters
             if len(params) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params.values()):
-                policy.reset(self.names, self.workloads, {"k": cfg.k})
+                lookup = tuple(n for n in self.names if getattr(drafters[n], "kind", "") in LOOKUP_KINDS)
+                policy.reset(self.names, self.workloads, Timing(k=cfg.k, lookup=lookup))
             else:
                 policy.reset(self.names, self.workloads)
+
+    def _taps(self) -> frozenset:
+        """The union of the drafters' declared target states, checked against the target."""
+        keys = frozenset({LAST}).union(*(feature_layers(d) for d in self.drafters.values()))
+        n = int(getattr(self.target.model.config, "num_hidden_layers", 0) or 0)
+        for key in keys - {LAST}:
+            lm.parse_tap(key, n)
+        if keys - {LAST}:
+            lm.decoder_layers(self.target.model)  # a target whose layers cannot be found is refused now
+        return keys
 
     def ks(self, n_out: int) -> list[int]:
         return [min(self.cfg.k, self.cfg.max_new_tokens - 1 - p) for p in range(n_out)]
@@ -149,6 +174,8 @@ class Engine:
         self._start(workload, prompt_id)
         fn = self._dense if self.cfg.mode == "dense" else self._trajectory
         res = fn(workload, prompt_id, list(prompt), pkey)
+        if self.check:
+            res.check = self._check(list(prompt), res.output, pkey)
         if finish:
             self._finish(res.output)
         self.n_prompts += 1
@@ -159,6 +186,12 @@ class Engine:
         self._finish(list(output))
         self.n_prompts += 1
 
+    def _check(self, prompt: list[int], y: list[int], pkey: int) -> dict:
+        """Teacher-forced verification of the final sequence vs the run's own tokens (see the module's doc)."""
+        ch = self.target.teacher_forced(prompt, y, pkey)
+        diff = [i for i, (a, b) in enumerate(zip(ch, y)) if a != b]
+        return {"tokens": len(y), "disagreements": len(diff), "first": diff[0] if diff else None}
+
     def _head(self, wl, pid, pos) -> dict:
         return {"v": 1, "workload": wl, "prompt_id": pid, "pos": pos}
 
@@ -167,13 +200,13 @@ class Engine:
         cfg, T = self.cfg, self.cfg.temperature
         t0 = now_ms(self.dev)
         if cfg.generator is None:
-            y, feats, cache = self.target.generate(prompt, cfg.max_new_tokens, pkey)
+            y, hidden, cache = self.target.generate(prompt, cfg.max_new_tokens, pkey, taps=self.taps)
         else:  # exact under greedy and under coupled sampling: the same y in fewer target passes
             gen = self._trajectory(wl, pid, prompt, pkey, only=cfg.generator)
-            y, feats, cache = gen.output, gen.state[0], gen.state[1]
+            y, hidden, cache = gen.output, gen.hidden, gen.state[1]
             self._start(wl, pid)  # the generator drafter starts the prompt afresh for its dense drafts
         timings = {"generate_ms": now_ms(self.dev) - t0, "tokens": len(y)}
-        seq = Sequence(prompt + y, len(prompt), feats, pkey, T, self.ks(len(y)))
+        seq = Sequence(prompt + y, len(prompt), hidden[LAST], pkey, T, self.ks(len(y)), hidden)
         done: dict[str, list[Draft]] = {}
         for name, d in self.drafters.items():
             t0 = now_ms(self.dev)
@@ -185,8 +218,9 @@ class Engine:
         p = None
         if T > 0:
             origins = list(range(len(y)))
-            p = self.target.score_dense(cache, seq.ids, len(prompt), origins,
-                                        [[done[n][o].tokens for n in self.names] for o in origins], pkey)
+            p = self.target.score_dense(
+                cache, seq.ids, len(prompt), origins, [[done[n][o].tokens for n in self.names] for o in origins], pkey
+            )
         recs = []
         for pos in range(len(y)):
             rec = self._head(wl, pid, pos)
@@ -200,7 +234,7 @@ class Engine:
         return PromptResult(recs, y, timings)
 
     # ----------------------------------------------------------------- sparse and live
-    def _order(self, ctx: PolicyCtx | None) -> tuple[list[str], int | None]:
+    def _order(self, ctx: Context | None) -> tuple[list[str], int | None]:
         """Which drafters draft this block (the first one's draft advances the output), and
         the policy's cut length for it (None: no cut)."""
         if self.cfg.mode == "sparse":
@@ -211,7 +245,7 @@ class Engine:
         if self.policy is None:
             return self.names[:1], None
         choice = self.policy.choose(ctx)
-        i, cut = (choice if isinstance(choice, tuple) else (choice, None))
+        i, cut = choice if isinstance(choice, tuple) else (choice, None)
         i = int(i)
         if not 0 <= i < len(self.names):
             raise HarnessError(f"policy.choose returned {choice}, not an index into {self.names}")
@@ -222,13 +256,15 @@ class Engine:
         cfg, T, dev = self.cfg, self.cfg.temperature, self.dev
         tgt = self.target
         H = tgt.model.get_output_embeddings().weight.shape[1]
-        fbuf = torch.zeros(len(prompt) + cfg.max_new_tokens + cfg.k + 2, H, device=dev,
-                           dtype=next(tgt.model.parameters()).dtype)
+        n_buf = len(prompt) + cfg.max_new_tokens + cfg.k + 2
+        dt = next(tgt.model.parameters()).dtype
+        # one buffer per tapped state (N, H): rows 0..c-1 hold the target's states at positions 0..c-1
+        fbuf = {key: torch.zeros(n_buf, H, device=dev, dtype=dt) for key in self.taps}
         cache, ids, y, c = lm.new_cache(), list(prompt), [], 0  # the cache covers ids[:c]
         t0 = now_ms(dev)
         if len(prompt) > 1:  # prefill, so that feature-reading drafters see the prompt's features
-            _, f = lm.forward(tgt.model, torch.tensor(prompt[:-1], device=dev), cache, hidden=True)
-            fbuf[: len(prompt) - 1] = f
+            _, f = lm.forward(tgt.model, torch.tensor(prompt[:-1], device=dev), cache, taps=self.taps)
+            _put(fbuf, 0, f)
             c = len(prompt) - 1
         D = len(self.names)
         prev_acc, prev_feat = np.full(D, np.nan), np.full((D, 4), np.nan)
@@ -237,7 +273,7 @@ class Engine:
         while len(y) < cfg.max_new_tokens:
             pos = len(y)
             k = min(cfg.k, cfg.max_new_tokens - 1 - pos)
-            pre = Prefix(ids, len(prompt), fbuf, pkey, T)
+            pre = Prefix(ids, len(prompt), fbuf[LAST], pkey, T, 0, fbuf)
             drafts, ms = {}, {}
             dlen = np.full(D, float(k))
             if self.policy is not None and not only:  # lookup drafts are cheap and known before choosing
@@ -250,7 +286,9 @@ class Engine:
                         dlen[i] = len(drafts[n].tokens)
                     elif kind == "medusa":
                         dlen[i] = min(k, self.drafters[n].heads.cfg.num_heads)
-            ctx = PolicyCtx(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy(), dlen)
+                    elif getattr(self.drafters[n], "max_len", None):  # one-pass drafters (dflash)
+                        dlen[i] = min(k, self.drafters[n].max_len)
+            ctx = Context(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy(), dlen)
             order, cut = ([only], None) if only else self._order(ctx)
             for n in order:
                 if n not in drafts:
@@ -265,8 +303,9 @@ class Engine:
                 timings["draft"][n].append(ms[n])
             trunk = ids[c:]
             t0 = now_ms(dev)
-            verdicts, tf, cf = tgt.verify(cache, trunk, [drafts[n].tokens for n in order], len(prompt), pkey,
-                                          want_p=T > 0)
+            verdicts, tf, cf = tgt.verify(
+                cache, trunk, [drafts[n].tokens for n in order], len(prompt), pkey, want_p=T > 0, taps=self.taps
+            )
             target_ms = now_ms(dev) - t0
             n_verified = len(trunk) + sum(len(drafts[n].tokens) for n in order)
             timings["verify"].append((n_verified, len(order), target_ms))
@@ -276,8 +315,8 @@ class Engine:
             new = drafts[order[j]].tokens[:a]
             if not (new and new[-1] in tgt.eos):
                 new = new + [v0.choices[a]]
-            fbuf[c: c + len(trunk)] = tf
-            fbuf[c + len(trunk): c + len(trunk) + a] = cf[j][:a]
+            _put(fbuf, c, tf)
+            _put(fbuf, c + len(trunk), {key: v[:a] for key, v in cf[j].items()})
             src = c + len(trunk) + sum(len(drafts[n].tokens) for n in order[:j])  # chain j's keys
             c = c + len(trunk)
             lm.move_span(cache, c, src, a)
@@ -289,10 +328,10 @@ class Engine:
             for n, v in zip(order, verdicts):
                 d = drafts[n]
                 ea = float(v.accepted) if T == 0 else expected_accepted(v.p, d.q or [1.0] * len(d.tokens))
-                rec["drafts"][n] = draft_record(d, v.accepted, ea, ms[n])
+                rec["drafts"][n] = dr = draft_record(d, v.accepted, ea, ms[n])
                 i = self.names.index(n)
                 acc[i], obs[i] = v.accepted, True
-                prev_feat[i] = draft_features(d)
+                prev_feat[i] = draft_features(dr["conf"], dr["entropy"])  # as logged, so replay sees the same
             rec["target_ms"] = _r(target_ms, 3)
             recs.append(rec)
             if self.policy is not None and not only:
@@ -307,4 +346,11 @@ class Engine:
         for r in recs:
             r["drafts"] = {n: r["drafts"][n] for n in self.names if n in r["drafts"]}
         lm.crop(cache, len(ids) - 1)  # an accepted EOS left its own key in: cover ids[:-1] exactly
-        return PromptResult(recs, y, timings, (fbuf[: len(ids) - 1], cache))
+        hidden = {key: v[: len(ids) - 1] for key, v in fbuf.items()}
+        return PromptResult(recs, y, timings, (hidden[LAST], cache), hidden)
+
+
+def _put(buf: dict, at: int, feats: dict) -> None:
+    """Write per-key states (n, H) into the per-key buffers at rows at..at+n-1."""
+    for key, v in feats.items():
+        buf[key][at : at + v.shape[0]] = v

@@ -1,6 +1,8 @@
-"""A run directory: crash-safe appends, resume, and the manifest (docs/manifest.md).
+"""A run directory: crash-safe appends, resume, the manifest (docs/manifest.md), and the parts that shards of
+one campaign write side by side (harness/shards.py).
 
-    runs/<run>/manifest.json        written at the start, rewritten (atomically) with timing
+    runs/<run>/manifest.json        written at the start, updated (atomically, under manifest.lock) with
+                                    timing, throughput and completion
     runs/<run>/blocks_<mode>.jsonl  the block records, one prompt's records per append
     runs/<run>/progress.jsonl       one line per finished prompt: its byte offset in the
                                     blocks file and its output tokens
@@ -8,20 +10,27 @@
                                     dtype, generator, prompt sources, ...), compared on `--resume`
     runs/<run>/live.jsonl           the live phase: one line per configuration and sampled prompt
                                     (harness/livephase.py)
-    runs/<run>/run.lock             held (flock) by the sweep writing the run; pid and host inside
+    runs/<run>/run.lock             held (flock) by the sweep writing the run; pid, host and start time inside
+    runs/<run>/*-s<I>of<N>.*        shard I of N's part: blocks_<mode>-sIofN.jsonl, progress-sIofN.jsonl,
+                                    target_check-sIofN.jsonl, and shard-sIofN.lock while it runs
 
 A prompt counts as finished only once its progress line is on disk, and that line is
 written after the prompt's records are flushed and fsync'd. `--resume` therefore cuts the
 blocks file back to the last finished prompt's offset (this repairs a truncated last line
 and drops a half-written prompt), skips finished prompts, and hands their outputs back to
-the drafters so that state carried across prompts (the suffix drafter's corpus) is what an
+the drafters so that state carried across prompts (the suffix drafter's corpus=run) is what an
 uninterrupted run would have had. Each progress line also carries a hash of the prompt's
 tokens, so that a resume with other prompts under the same ids is refused.
 
-A run directory is one sweep's alone (the lock; a second sweep is refused, a lock left by a
-dead process is taken over) and is written only through its own files: a run directory or a
-file of it that is a symlink is refused, and files are opened with O_NOFOLLOW.
+Writers: one process writing the whole campaign (a plain sweep, or a Ray driver writing every shard's part)
+holds run.lock exclusively; a `--shard I/N` sweep shares run.lock with the other shards and holds its own
+shard lock, so shards run side by side and a whole-campaign writer waits for none of them (it is refused).
+A second writer is refused with a message naming the holder; a lock left by a dead process is taken over,
+with a note. A run directory or a file of it that is a symlink is refused, and files are opened with
+O_NOFOLLOW. The campaign's models are compared by the sha256 of their weights, not their paths, so a run
+copied elsewhere (models too) resumes there.
 """
+
 from __future__ import annotations
 
 import errno
@@ -29,35 +38,42 @@ import fcntl
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
-from datetime import datetime, timezone
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
+from bandit.schema import code_version
+
+from . import shards
 from .lm import HarnessError
+from .shards import CampaignError, Shard
 
 REPO = Path(__file__).resolve().parents[1]
-CAMPAIGN_FIELDS = ("mode", "target", "drafters", "k", "temperature", "seed", "workloads")
-
-
-def code_version() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        if rev:
-            return rev
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        from importlib.metadata import version
-        return "specbandit-" + version("specbandit")
-    except Exception:  # noqa: BLE001 - not installed: say so rather than fail a run
-        return "unknown"
+CAMPAIGN_FIELDS = shards.CAMPAIGN_FIELDS
+LOCK = shards.LOCK
+SETTINGS = "settings.json"  # the record-changing settings not in the manifest (compared on --resume)
+_NOFOLLOW = shards.NOFOLLOW
+# files the harness writes in a run directory; none of them may be a symlink (nor those of the prefixes)
+_OWN_FILES = (
+    "manifest.json",
+    "manifest.json.tmp",
+    "progress.jsonl.tmp",
+    LOCK,
+    shards.MANIFEST_LOCK,
+    SETTINGS,
+    SETTINGS + ".tmp",
+    "live_calibration.json",
+    "live_calibration.json.tmp",
+)
+_OWN_PREFIXES = ("blocks_", "progress", "target_check", "shard-", "live")
+# what a shard writer may change in the campaign's manifest (the rest is its creator's)
+_SHARD_KEYS = ("shards", "n_prompts", "target_check", "complete")
 
 
 def hardware(device: str) -> dict:
     import torch
+
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -70,26 +86,19 @@ def hardware(device: str) -> dict:
     return {"device": device, "torch": torch.__version__.split("+")[0], "cpu": cpu, "gpu": gpu}
 
 
-LOCK = "run.lock"
-SETTINGS = "settings.json"  # the record-changing settings not in the manifest (compared on --resume)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-# files the harness writes in a run directory; none of them may be a symlink (nor blocks_*)
-_OWN_FILES = ("manifest.json", "manifest.json.tmp", "progress.jsonl", "progress.jsonl.tmp", LOCK, SETTINGS,
-              SETTINGS + ".tmp", "live_calibration.json", "live_calibration.json.tmp")
-
-
-def _refuse_link(path: Path, e: OSError):
-    if e.errno == errno.ELOOP:
-        raise HarnessError(f"{path}: is a symlink; refusing to write through it") from None
-    raise HarnessError(f"{path}: cannot write: {e.strerror}") from None
+@contextmanager
+def _as_harness():
+    """The torch-free helpers' CampaignError, raised as the harness's HarnessError."""
+    try:
+        yield
+    except CampaignError as e:
+        raise HarnessError(str(e)) from None
 
 
 def _open_nofollow(path: Path, flags: int) -> int:
     """os.open that never follows a symlink at `path`; a link (or any failure) is one HarnessError line."""
-    try:
-        return os.open(path, flags | _NOFOLLOW, 0o644)
-    except OSError as e:
-        _refuse_link(path, e)
+    with _as_harness():
+        return shards.open_nofollow(path, flags)
 
 
 class _Writing:
@@ -107,12 +116,16 @@ class _Writing:
             return False
         run = self.path.parent
         if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            raise HarnessError(f"{self.path}: disk full ({e.strerror}); finished prompts are kept: free space, "
-                               f"then continue with  python sweep.py --resume --out {run}  (same options)") from None
+            raise HarnessError(
+                f"{self.path}: disk full ({e.strerror}); finished prompts are kept: free space, "
+                f"then continue with  python sweep.py --resume --out {run}  (same options)"
+            ) from None
         if e.errno == errno.ELOOP:
             return False
-        raise HarnessError(f"{self.path}: cannot write ({e.strerror or e}); finished prompts are kept; "
-                           f"continue with --resume --out {run} once it is writable") from None
+        raise HarnessError(
+            f"{self.path}: cannot write ({e.strerror or e}); finished prompts are kept; "
+            f"continue with --resume --out {run} once it is writable"
+        ) from None
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -125,25 +138,21 @@ def _open_append(path: Path):
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        tmp.unlink()  # a stale temporary (or a planted link): unlink removes the link, not its target
-    except FileNotFoundError:
-        pass
-    fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)  # replaces a link at `path` itself, never what it points to
+    with _as_harness():
+        shards.atomic_write(path, text)
 
 
-def preflight(out: str | Path, resume: bool) -> None:
+def _own_part_has_records(d: Path, shard: Shard) -> bool:
+    return bool(shards.read_progress(d / shards.progress_name(shard.tag)))
+
+
+def preflight(out: str | Path, resume: bool, shard: Shard | None = None) -> None:
     """Checks on the run directory that need no model: run before any work."""
     d = Path(out)
     if os.path.islink(str(out).rstrip("/") or "/"):
-        raise HarnessError(f"{d}: the run directory is a symlink; refusing to write through it "
-                           "(give the real directory as --out)")
+        raise HarnessError(
+            f"{d}: the run directory is a symlink; refusing to write through it (give the real directory as --out)"
+        )
     if d.exists() and not d.is_dir():
         raise HarnessError(f"{d}: exists and is not a directory")
     if d.is_dir():
@@ -151,25 +160,59 @@ def preflight(out: str | Path, resume: bool) -> None:
     if resume and not d.exists():
         raise HarnessError(f"--resume {d}: no such run directory (drop --resume to start a new run there)")
     if not resume and (d / "manifest.json").exists():
-        raise HarnessError(f"{d}: already holds a run; add --resume to continue it, or choose another --out")
+        if shard is None:
+            raise HarnessError(f"{d}: already holds a run; add --resume to continue it, or choose another --out")
+        if _own_part_has_records(d, shard):
+            raise HarnessError(f"{d}: already holds records of shard {shard}; add --resume to continue it")
     if d.is_dir():
-        _probe_lock(d)
+        _probe_lock(d, shard)
 
 
-def _probe_lock(d: Path) -> None:
-    """Refuse early (before any model loads) when another sweep holds the run directory's lock."""
-    path = d / LOCK
+def _busy_message(d: Path, path: Path, who: list[str]) -> str:
+    return (
+        f"{d}: in use by another sweep ({'; '.join(who)}, lock {path}); wait for it to finish or choose another --out"
+    )
+
+
+def _probe_lock(d: Path, shard: Shard | None) -> None:
+    """Refuse early (before any model loads) when another sweep holds what this one needs."""
+    wanted = [(d / LOCK, shard is not None)] + ([(d / f"shard-{shard.tag}.lock", False)] if shard else [])
+    for path, shared in wanted:
+        if not path.exists() or path.is_symlink():
+            continue  # none (or a link: refused by check_symlinks); RunDir takes the lock for real
+        who = _wait_for(d, path, lambda: _could_take(path, shared))
+        if who:
+            raise HarnessError(_busy_message(d, path, who))
+
+
+def _could_take(path: Path, shared: bool) -> bool:
+    """Whether the lock could be taken in this mode now (tried, and dropped at once; nothing is created)."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | shards.CLOEXEC)
     except OSError:
-        return  # none (or a link: refused by check_symlinks); RunDir takes the lock for real
+        return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        return True
     except OSError:
-        raise HarnessError(f"{d}: in use by another sweep ({_describe(path)}, lock {path}); "
-                           "wait for it to finish or choose another --out") from None
+        return False
     finally:
-        os.close(fd)  # closing drops a lock we may just have taken
+        os.close(fd)
+
+
+def _wait_for(d: Path, path: Path, attempt) -> list[str] | None:
+    """Call `attempt` (take a lock, or try it) until it succeeds: None; or who holds the lock. A failure with no
+    holder to name is a lock changing hands (a shard releasing, a writer starting) and is tried again, briefly."""
+    who: list[str] = []
+    with _as_harness():
+        for _ in range(40):
+            if attempt():
+                return None
+            who = shards.holders(d) if path.name == LOCK else [shards.describe(shards.holder(path))]
+            if who and who != ["unreadable holder"]:
+                return who
+            time.sleep(0.05)
+    return who or ["unreadable holder"]
 
 
 def check_symlinks(d: Path, *names: str) -> None:
@@ -178,25 +221,11 @@ def check_symlinks(d: Path, *names: str) -> None:
     except OSError as e:
         raise HarnessError(f"{d}: cannot read the run directory: {e.strerror}") from None
     for e in entries:
-        if (e.name in _OWN_FILES or e.name in names or e.name.startswith("blocks_")) and e.is_symlink():
-            raise HarnessError(f"{d / e.name}: is a symlink; refusing to write through it "
-                               "(a run directory's files must be its own)")
-
-
-def _lock_holder(path: Path):
-    """(pid, host) of a lock file, or None when it cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-        with os.fdopen(fd) as fh:
-            rec = json.loads(fh.read())
-        return int(rec["pid"]), str(rec["host"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _describe(path: Path) -> str:
-    h = _lock_holder(path)
-    return f"pid {h[0]} on {h[1]}" if h else "unreadable holder"
+        ours = e.name in _OWN_FILES or e.name in names or e.name.startswith(_OWN_PREFIXES)
+        if ours and e.is_symlink():
+            raise HarnessError(
+                f"{d / e.name}: is a symlink; refusing to write through it (a run directory's files must be its own)"
+            )
 
 
 def find_resumable(root: str | Path, keys) -> Path:
@@ -215,49 +244,76 @@ def find_resumable(root: str | Path, keys) -> Path:
         except (OSError, ValueError, AttributeError):
             continue  # an unreadable manifest is reported when that run is named with --out
         seen += 1
-        done = set()
-        try:
-            for line in (d / "progress.jsonl").read_bytes().split(b"\n"):
-                try:
-                    rec = json.loads(line)
-                    done.add((rec["workload"], rec["prompt_id"]))
-                except (ValueError, KeyError, TypeError):
-                    break
-        except OSError:
-            pass
+        done = shards.done_keys(d)
         if not keys <= done or m.get("complete") is not True:  # prompts missing, or the live phase unfinished
             found.append((created, d.stat().st_mtime, d))
     if not found:
-        why = (f"{root} does not exist" if not root.is_dir() else
-               f"no run under {root}" if not seen else f"all {seen} run(s) under {root} are complete")
+        why = (
+            f"{root} does not exist"
+            if not root.is_dir()
+            else f"no run under {root}"
+            if not seen
+            else f"all {seen} run(s) under {root} are complete"
+        )
         raise HarnessError(f"--resume without --out: nothing to continue ({why}); give --out RUN_DIR")
     return max(found)[2]
 
 
-class RunDir:
-    """One sweep's run directory. Construct, then use as a context manager (or call close()):
-    the directory is locked (run.lock) from construction until close()."""
+class Part:
+    """The files of one writer's part of a run directory (harness/shards.py)."""
 
-    def __init__(self, out: str | Path, manifest: dict, resume: bool, settings: dict | None = None,
-                 prompt_sha: dict | None = None):
+    def __init__(self, d: Path, mode: str, tag: str):
+        self.tag = tag
+        names = shards.part_files(mode, tag)
+        self.blocks, self.progress, self.check = d / names["blocks"], d / names["progress"], d / names["check"]
+
+    def has_records(self) -> bool:
+        return any(p.exists() and p.stat().st_size > 0 for p in (self.progress, self.blocks))
+
+
+class RunDir:
+    """One sweep's run directory. Construct, then use as a context manager (or call close()): the
+    directory is locked (run.lock, and a shard's own lock) from construction until close().
+
+    `shard`: this process writes that shard's part only, beside the other shards' writers. `n_shards`: this
+    process writes the whole campaign as that many shard parts (a Ray driver; a count the campaign already
+    records wins, see `self.shards`). Neither: the one-process part ("" : blocks_<mode>.jsonl, ...)."""
+
+    def __init__(
+        self,
+        out: str | Path,
+        manifest: dict,
+        resume: bool,
+        settings: dict | None = None,
+        prompt_sha: dict | None = None,
+        shard: Shard | None = None,
+        n_shards: int | None = None,
+    ):
         self.dir = Path(out)
         self.manifest = manifest
         self.settings = settings
         self.prompt_sha = prompt_sha or {}  # (workload, prompt_id) -> hash of its token ids
-        self.blocks = self.dir / f"blocks_{manifest['mode']}.jsonl"
-        self.progress = self.dir / "progress.jsonl"
-        self.done: dict[tuple[str, str], list[int]] = {}  # finished prompt -> its output
-        self._lock: Path | None = None
-        self._lock_fd: int | None = None
-        preflight(self.dir, resume)
+        self.shard, self.shards = shard, shard.count if shard else n_shards
+        self.exclusive = shard is None  # writes the whole campaign: holds run.lock exclusively
+        self.mode = manifest["mode"]
+        self.parts: dict[str, Part] = {}
+        self.part = self._part(shard.tag if shard else "") if not n_shards else None
+        self.blocks = self.part.blocks if self.part else None
+        self.progress = self.part.progress if self.part else None
+        self.done: dict[tuple[str, str], list[int]] = {}  # finished prompt (in any part) -> its output
+        self.where: dict[tuple[str, str], str] = {}  # finished prompt -> the part holding it
+        self.workers: dict[str, dict] = {}  # this session's workers: throughput (docs/manifest.md)
+        self._locks: list = []
+        self._verb = f"--shard {shard} into {self.dir}" if shard else f"--resume {self.dir}"
+        preflight(self.dir, resume, shard)
         created = not self.dir.exists()
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise HarnessError(f"{self.dir}: cannot create the run directory: {e.strerror}") from None
-        check_symlinks(self.dir, self.blocks.name)
-        self._take_lock()
+        check_symlinks(self.dir, *(f.name for f in (self.blocks, self.progress) if f))
         try:
+            self._take_locks()
             self._open(resume)
         except BaseException:
             self.close()
@@ -268,52 +324,29 @@ class RunDir:
                     pass
             raise
 
-    # ---- the lock ----
-    def _take_lock(self) -> None:
-        """An exclusive flock on run.lock (pid and host inside, for the messages). The kernel drops the
-        lock when its process dies, so a lock file left by a killed sweep is stale and is taken over."""
-        path = self.dir / LOCK
-        for _ in range(20):
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
-            except OSError as e:
-                _refuse_link(path, e)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                raise HarnessError(f"{self.dir}: in use by another sweep ({_describe(path)}, lock {path}); "
-                                   "wait for it to finish or choose another --out") from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
-            except OSError:
-                same = False
-            if not same:  # the holder released (unlinked) it between our open and flock: try again
-                os.close(fd)
-                continue
-            old = _lock_holder(path)
-            if old is not None and old != (os.getpid(), socket.gethostname()):
-                print(f"note: {path}: taking over a stale lock of pid {old[0]} on {old[1]} (no longer running)",
-                      file=sys.stderr)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname()}) + "\n").encode(), 0)
-            os.fsync(fd)
-            self._lock, self._lock_fd = path, fd
-            return
-        raise HarnessError(f"{path}: could not take the lock (it keeps changing); is another sweep starting?")
+    def _part(self, tag: str) -> Part:
+        if tag not in self.parts:
+            self.parts[tag] = Part(self.dir, self.mode, tag)
+        return self.parts[tag]
+
+    # ---- the locks ----
+    def _take_locks(self) -> None:
+        """run.lock (shared by shards, else exclusive), then a shard's own lock. The kernel drops a lock when
+        its process dies, so a lock file left by a killed sweep is stale and is taken over."""
+        wanted = [shards.Lock(self.dir / LOCK, shared=not self.exclusive)]
+        if self.shard:
+            wanted.append(shards.Lock(self.dir / f"shard-{self.shard.tag}.lock"))
+        for lock in wanted:
+            who = _wait_for(self.dir, lock.path, lock.take)
+            if who:
+                raise HarnessError(_busy_message(self.dir, lock.path, who))
+            self._locks.append(lock)
 
     def close(self) -> None:
-        """Release the lock: remove the file while still holding it, then drop it."""
-        fd, path = getattr(self, "_lock_fd", None), getattr(self, "_lock", None)
-        self._lock, self._lock_fd = None, None
-        if fd is None:
-            return
-        try:
-            if os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino:
-                os.unlink(path)
-        except OSError:
-            pass
-        os.close(fd)
+        """Release the locks (each file is removed while still held)."""
+        for lock in reversed(getattr(self, "_locks", [])):
+            lock.close()
+        self._locks = []
 
     def __enter__(self):
         return self
@@ -325,109 +358,234 @@ class RunDir:
     def __del__(self):  # a RunDir dropped without close() (e.g. by a caller of the old API)
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - never raise from a finalizer
+        except Exception:
             pass
 
-    # ---- opening: new run or resume ----
+    # ---- opening: new run, resume, or a shard joining its campaign ----
     def _open(self, resume: bool) -> None:
+        with _as_harness(), shards.manifest_lock(self.dir):
+            old = self._read_old()
+            if old is not None:
+                self._continue(old, resume)
+                return
+            self._start(resume)
+
+    def _read_old(self) -> dict | None:
         mpath = self.dir / "manifest.json"
-        spath = self.dir / SETTINGS
-        has_records = any(p.exists() and p.stat().st_size > 0 for p in (self.progress, self.blocks))
-        if mpath.exists():
-            if not resume:
-                raise HarnessError(f"{self.dir}: already holds a run; add --resume to continue it, "
-                                   "or choose another --out")
-            try:
-                old = json.loads(mpath.read_text())
-                if not isinstance(old, dict):
-                    raise ValueError("not a JSON object")
-            except (OSError, ValueError) as e:
-                raise HarnessError(f"--resume {self.dir}: {mpath} is unreadable ({e}); the finished work cannot "
-                                   "be checked against this command; repair it or start a new run") from None
-            for f in CAMPAIGN_FIELDS:
-                if old.get(f) != self.manifest.get(f):
-                    raise HarnessError(f"--resume {self.dir}: setting {f!r} differs: recorded {old.get(f)!r}, "
-                                       f"this command {self.manifest.get(f)!r}")
-            self._check_settings(spath)
-            self.manifest = {**self.manifest, "created": old.get("created", self.manifest["created"])}
-            self._recover()
-            if self.settings is not None:
-                _atomic_write(spath, json.dumps(self.settings, indent=2) + "\n")
-            return
-        if has_records:
-            why = "missing" if not mpath.exists() else "unreadable"
-            raise HarnessError(f"{self.dir}: holds records ({self.progress.name}/{self.blocks.name}) but its "
-                               f"manifest.json is {why}; refusing to {'resume' if resume else 'overwrite'} it "
-                               "(restore manifest.json, or choose another --out)")
+        if not mpath.exists():
+            return None
+        try:
+            old = json.loads(mpath.read_text())
+            if not isinstance(old, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:
+            raise HarnessError(
+                f"--resume {self.dir}: {mpath} is unreadable ({e}); the finished work cannot "
+                "be checked against this command; repair it or start a new run"
+            ) from None
+        return old
+
+    def _continue(self, old: dict, resume: bool) -> None:
+        joining = self.shard is not None and not self.part.has_records()
+        if not resume and not joining:
+            raise HarnessError(f"{self.dir}: already holds a run; add --resume to continue it, or choose another --out")
+        f = shards.campaign_difference(old, self.manifest)
+        if f is not None:
+            raise HarnessError(
+                f"{self._verb}: setting {f!r} differs: recorded {old.get(f)!r}, this command {self.manifest.get(f)!r}"
+            )
+        for note in shards.moved_models(old, self.manifest):
+            print(f"note: {self.dir}: {note}; the same weights, so the campaign continues", file=sys.stderr)
+        self._check_settings(self.dir / SETTINGS)
+        self._check_shards(old.get("shards"))
+        carried = {k: old[k] for k in ("shards", "parts", "throughput") if k in old}
+        self.manifest = {**self.manifest, "created": old.get("created", self.manifest["created"]), **carried}
+        if self.shards:
+            self.manifest["shards"] = self.shards
+        self._recover_all()
+        if self.settings is not None:
+            _atomic_write(self.dir / SETTINGS, json.dumps(self.settings, indent=2) + "\n")
+        if self.exclusive:  # the whole campaign's writer: the manifest afresh (complete, timing: once redone)
+            self._write_manifest(fresh=True)
+        else:  # one shard among others: the campaign's manifest stays, only no longer complete
+            self._write_manifest(drop=("complete",))
+
+    def _check_shards(self, recorded) -> None:
+        """A campaign is split one way: shard parts of another count are refused (their prompts would overlap)."""
+        counts = {shards.parse_tag(t).count for t in shards.find_parts(self.dir) if t}
+        if recorded:
+            counts.add(int(recorded))
+        if self.shard is not None and counts - {self.shard.count}:
+            n = sorted(counts - {self.shard.count})[0]
+            raise HarnessError(
+                f"--shard {self.shard}: the campaign in {self.dir} is split into {n} shards; give --shard I/{n}"
+            )
+        if self.shards and not self.shard and counts:  # a Ray driver continues the campaign's split
+            if len(counts) > 1:
+                raise HarnessError(f"{self.dir}: holds shard parts of several counts {sorted(counts)}")
+            self.shards = counts.pop()
+
+    def _start(self, resume: bool) -> None:
+        found = [self._part(t) for t in shards.find_parts(self.dir)] + ([self.part] if self.part else [])
+        with_records = next((p for p in found if p.has_records()), None)
+        if with_records is not None:
+            raise HarnessError(
+                f"{self.dir}: holds records ({with_records.progress.name}/{with_records.blocks.name}) but its "
+                f"manifest.json is missing; refusing to {'resume' if resume else 'overwrite'} it "
+                "(restore manifest.json, or choose another --out)"
+            )
         if resume:
             print(f"note: --resume {self.dir}: holds no run yet; starting it", file=sys.stderr)
-        for p in (self.blocks, self.progress):
-            _write_bytes(p, b"")
+        if self.part is not None:
+            for p in (self.part.blocks, self.part.progress):
+                _write_bytes(p, b"")
+        if self.shards:
+            self.manifest["shards"] = self.shards
         if self.settings is not None:
-            _atomic_write(spath, json.dumps(self.settings, indent=2) + "\n")
-        self.write_manifest()
+            _atomic_write(self.dir / SETTINGS, json.dumps(self.settings, indent=2) + "\n")
+        self._write_manifest(fresh=True)
 
     def _check_settings(self, spath: Path) -> None:
         if self.settings is None:
             return
         if not spath.exists():
-            print(f"note: --resume {self.dir}: no {SETTINGS} (a run from before settings were recorded); "
-                  "only the manifest's fields were checked", file=sys.stderr)
+            print(
+                f"note: --resume {self.dir}: no {SETTINGS} (a run from before settings were recorded); "
+                "only the manifest's fields were checked",
+                file=sys.stderr,
+            )
             return
         try:
             old = json.loads(spath.read_text())
             if not isinstance(old, dict):
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as e:
-            raise HarnessError(f"--resume {self.dir}: {spath} is unreadable ({e}); repair it or start a new run") \
-                from None
+            raise HarnessError(
+                f"--resume {self.dir}: {spath} is unreadable ({e}); repair it or start a new run"
+            ) from None
         for f, new in self.settings.items():
             if f in old and old[f] != new:
-                raise HarnessError(f"--resume {self.dir}: setting {f!r} differs: recorded {old[f]!r}, "
-                                   f"this command {new!r}")
+                raise HarnessError(f"{self._verb}: setting {f!r} differs: recorded {old[f]!r}, this command {new!r}")
         for f in old:
             if f not in self.settings:
-                raise HarnessError(f"--resume {self.dir}: setting {f!r} differs: recorded {old[f]!r}, "
-                                   "this command has none")
+                raise HarnessError(f"{self._verb}: setting {f!r} differs: recorded {old[f]!r}, this command has none")
 
-    def _recover(self) -> None:
-        end = 0
-        good = b""
-        if self.progress.exists():
-            raw = self.progress.read_bytes()
-            for line in raw.split(b"\n"):
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    break  # a truncated last progress line: that prompt is not finished
-                key = (rec["workload"], rec["prompt_id"])
-                sha = rec.get("sha")
-                if sha is not None and key in self.prompt_sha and self.prompt_sha[key] != sha:
-                    raise HarnessError(f"--resume {self.dir}: prompt {key[0]}/{key[1]} differs from the one "
-                                       "recorded (its tokens changed: another workload file or tokenizer?)")
-                self.done[key] = rec["output"]
-                end = rec["end"]
-                good += line + b"\n"
-            _atomic_write(self.progress, good.decode())
-        size = self.blocks.stat().st_size if self.blocks.exists() else 0
+    # ---- recovery: what is finished, in every part ----
+    def _recover_all(self) -> None:
+        tags = shards.find_parts(self.dir) + [p.tag for p in ([self.part] if self.part else [])]
+        for tag in dict.fromkeys(tags):
+            part = self._part(tag)
+            self._recover(part, cut=self.exclusive or part is self.part)
+
+    def refresh(self) -> None:
+        """Read the other shards' finished prompts again (they may have finished more since we started)."""
+        for tag in shards.find_parts(self.dir):
+            if self._part(tag) is not self.part:
+                self._recover(self._part(tag), cut=False)
+
+    def _recover(self, part: Part, cut: bool) -> None:
+        """Read a part's finished prompts; `cut` (a part this process writes): also cut its blocks file back to
+        the last finished prompt and rewrite its progress file to exactly those lines."""
+        end, good = 0, b""
+        for rec, line in shards.read_progress(part.progress):
+            key = (rec["workload"], rec["prompt_id"])
+            sha = rec.get("sha")
+            if sha is not None and key in self.prompt_sha and self.prompt_sha[key] != sha:
+                raise HarnessError(
+                    f"--resume {self.dir}: prompt {key[0]}/{key[1]} differs from the one "
+                    "recorded (its tokens changed: another workload file or tokenizer?)"
+                )
+            if self.where.get(key, part.tag) != part.tag:
+                raise HarnessError(
+                    f"{self.dir}: prompt {key[0]}/{key[1]} is finished in two parts "
+                    f"({shards.progress_name(self.where[key])} and {part.progress.name}); keep one"
+                )
+            self.done[key], self.where[key] = rec["output"], part.tag
+            end = rec["end"]
+            good += line + b"\n"
+        if not cut:
+            return
+        if part.progress.exists():
+            _atomic_write(part.progress, good.decode())
+        size = part.blocks.stat().st_size if part.blocks.exists() else 0
         if size < end:
-            raise HarnessError(f"{self.blocks}: shorter ({size} bytes) than {self.progress} records ({end}); "
-                               "the run directory was edited; start a new run")
+            raise HarnessError(
+                f"{part.blocks}: shorter ({size} bytes) than {part.progress} records ({end}); "
+                "the run directory was edited; start a new run"
+            )
         if size > end:
-            fd = os.open(self.blocks, os.O_RDWR | _NOFOLLOW)
+            fd = os.open(part.blocks, os.O_RDWR | _NOFOLLOW)
             try:
                 os.ftruncate(fd, end)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            print(f"resume: cut {size - end} bytes of unfinished records from {self.blocks}")
-        if not self.blocks.exists():
-            _write_bytes(self.blocks, b"")
+            print(f"resume: cut {size - end} bytes of unfinished records from {part.blocks}")
+
+    # ---- the manifest ----
+    def _throughput(self) -> dict:
+        out = {}
+        for wid, w in self.workers.items():
+            secs = w["seconds"]
+            out[wid] = {
+                **w,
+                "seconds": round(secs, 3),
+                "records_per_s": round(w["records"] / secs, 2) if secs else None,
+            }
+        return {"workers": out}
+
+    def _write_manifest(self, fresh: bool = False, drop: tuple = ()) -> None:
+        """Replace manifest.json: `fresh`, this writer's manifest alone; else merged into the file's current
+        content (another shard may have written since), each writer contributing its own fields. The caller
+        holds manifest.lock."""
+        mpath = self.dir / "manifest.json"
+        cur = {} if fresh else (shards.read_json(mpath) or {})
+        if fresh or self.exclusive:
+            new = {**cur, **self.manifest}
+        else:
+            new = {**cur, **{k: self.manifest[k] for k in _SHARD_KEYS if k in self.manifest}}
+        for k in drop:
+            new.pop(k, None)
+        new["throughput"] = shards.merge_throughput(
+            cur.get("throughput") or self.manifest.get("throughput"), self._throughput()
+        )
+        parts = self._parts_info()
+        if parts:
+            merged = {**(cur.get("parts") or self.manifest.get("parts") or {}), **parts}
+            new["parts"] = dict(sorted(merged.items(), key=lambda kv: shards.parse_tag(kv[0]).index))
+        with _Writing(mpath):
+            _atomic_write(mpath, json.dumps(new, indent=2) + "\n")
+        self.manifest.update({k: new[k] for k in ("throughput", "parts") if k in new})
+
+    def _parts_info(self) -> dict:
+        """Per shard part this process writes: how many prompts it has finished."""
+        if not self.shards:
+            return {}
+        tags = [self.shard.tag] if self.shard else [t for t in self.parts if t]
+        return {t: {"done": sum(1 for w in self.where.values() if w == t)} for t in tags}
 
     def write_manifest(self) -> None:
-        with _Writing(self.dir / "manifest.json"):
-            _atomic_write(self.dir / "manifest.json", json.dumps(self.manifest, indent=2) + "\n")
+        with _Writing(self.dir / "manifest.json"), _as_harness(), shards.manifest_lock(self.dir):
+            self._write_manifest()
 
+    def update_manifest(self, fn):
+        """`fn(self.manifest)` on what every part has finished by now (read again), then the manifest written,
+        both under manifest.lock: of two shards finishing together, the later one sees the other's prompts.
+        Returns what `fn` returns."""
+        with _Writing(self.dir / "manifest.json"), _as_harness(), shards.manifest_lock(self.dir):
+            self.refresh()
+            out = fn(self.manifest)
+            self._write_manifest()
+        return out
+
+    def count(self, worker: str, meta: dict, records: int, seconds: float) -> None:
+        """One finished prompt of a worker, for the manifest's throughput."""
+        w = self.workers.setdefault(worker, {**meta, "prompts": 0, "records": 0, "seconds": 0.0})
+        w["prompts"] += 1
+        w["records"] += records
+        w["seconds"] += seconds
+
+    # ---- appends ----
     def write_text(self, name: str, text: str) -> None:
         """Another file of the run directory (never through a symlink)."""
         with _Writing(self.dir / name):
@@ -440,13 +598,36 @@ class RunDir:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def append(self, workload: str, prompt_id: str, records: list[dict], output: list[int]) -> None:
-        with _Writing(self.blocks):
-            self._append(workload, prompt_id, records, output)
+    def append_check(self, workload: str, prompt_id: str, check: dict, tag: str | None = None) -> None:
+        """A prompt's target check line, in its part's check file."""
+        part = self.part if tag is None else self._part(tag)
+        self.append_text(part.check.name, json.dumps({"workload": workload, "prompt_id": prompt_id, **check}) + "\n")
 
-    def _append(self, workload: str, prompt_id: str, records: list[dict], output: list[int]) -> None:
+    def check_lines(self) -> list[dict]:
+        """Every part's target check lines of finished prompts (a prompt re-run after a kill: the last line)."""
+        seen = {}
+        for tag in dict.fromkeys(list(self.parts) + shards.find_parts(self.dir)):
+            path = self._part(tag).check
+            for raw in path.read_text().splitlines() if path.exists() else []:
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    break  # a truncated last line (a killed sweep): that prompt is re-run, and checked again
+                if (rec["workload"], rec["prompt_id"]) in self.done:
+                    seen[(rec["workload"], rec["prompt_id"])] = rec
+        return list(seen.values())
+
+    def append(self, workload: str, prompt_id: str, records: list[dict], output: list[int], tag=None) -> None:
+        with _Writing(self.blocks if tag is None else self._part(tag).blocks):
+            if tag is None:
+                self._append(workload, prompt_id, records, output)
+            else:
+                self._append(workload, prompt_id, records, output, tag)
+
+    def _append(self, workload: str, prompt_id: str, records: list[dict], output: list[int], tag=None) -> None:
+        part = self.part if tag is None else self._part(tag)
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
-        with _open_append(self.blocks) as fh:
+        with _open_append(part.blocks) as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -456,21 +637,31 @@ class RunDir:
         if sha is not None:
             rec["sha"] = sha
         line = json.dumps(rec, separators=(",", ":")) + "\n"
-        with _open_append(self.progress) as fh:
+        with _open_append(part.progress) as fh:
             fh.write(line.encode())
             fh.flush()
             os.fsync(fh.fileno())
         self.done[(workload, prompt_id)] = output
+        self.where[(workload, prompt_id)] = part.tag
 
 
-def make_manifest(run: str, mode: str, target: dict, drafters: dict, k: int, temperature: float, seed: int,
-                  workloads: list[str], device: str) -> dict:
+def make_manifest(
+    run: str,
+    mode: str,
+    target: dict,
+    drafters: dict,
+    k: int,
+    temperature: float,
+    seed: int,
+    workloads: list[str],
+    device: str,
+) -> dict:
     """The manifest of docs/manifest.md, field for field (timing is added after the live phase)."""
     return {
         "v": 1,
         "label": "MEASURED",
         "run": run,
-        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": shards.now_utc(),
         "mode": mode,
         "target": target,
         "drafters": drafters,
@@ -479,5 +670,5 @@ def make_manifest(run: str, mode: str, target: dict, drafters: dict, k: int, tem
         "seed": seed,
         "workloads": workloads,
         "hardware": hardware(device),
-        "code_version": code_version(),
+        "code_version": code_version(),  # the whole repository's last commit
     }

@@ -12,6 +12,7 @@ of draft token i (q = 1 for deterministic drafters, whose proposal is a point ma
 The noise is a counter-based hash (no generator state), so any position's noise can be
 recomputed alone and in any batch shape: this is what keeps dense and live runs identical.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -41,15 +42,22 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 def gumbel(pkey: int, positions: torch.Tensor, vocab: int, stream: int = TARGET_STREAM) -> torch.Tensor:
     """Gumbel(0, 1) noise (len(positions), vocab), float32, a pure function of its arguments."""
     dev = positions.device
-    base = _mix(_mix(torch.tensor(pkey, dtype=torch.int64, device=dev) ^ _mix(torch.tensor(stream, device=dev)))
-                ^ positions.to(torch.int64)[:, None] * 0x9E3779B1)
+    base = _mix(
+        _mix(torch.tensor(pkey, dtype=torch.int64, device=dev) ^ _mix(torch.tensor(stream, device=dev)))
+        ^ positions.to(torch.int64)[:, None] * 0x9E3779B1
+    )
     h = _mix(base ^ _mix(torch.arange(vocab, dtype=torch.int64, device=dev) + 0x632BE5AB)[None, :])
     u = (h.to(torch.float64) + 0.5) / 4294967296.0
     return (-torch.log(-torch.log(u))).to(torch.float32)
 
 
-def choose(logits: torch.Tensor, temperature: float, pkey: int = 0, positions: torch.Tensor | None = None,
-           stream: int = TARGET_STREAM) -> torch.Tensor:
+def choose(
+    logits: torch.Tensor,
+    temperature: float,
+    pkey: int = 0,
+    positions: torch.Tensor | None = None,
+    stream: int = TARGET_STREAM,
+) -> torch.Tensor:
     """Tokens (Q,) from logits (Q, V): argmax at T=0, else coupled Gumbel-max at `positions`."""
     if temperature <= 0:
         return logits.argmax(-1)

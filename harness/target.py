@@ -6,7 +6,18 @@ one) followed by N draft chains; chain i's token j sits at position P+j and sees
 the trunk and chain i up to itself (a tree attention mask), so N drafts cost one forward.
 Chain 0 is placed first so that its accepted tokens are contiguous after the trunk in the
 cache: cropping keeps them and the next block only feeds its bonus token.
+
+Exactness at low precision. In bfloat16 a position's logits depend, in their last bits, on the
+shape of the forward that computed them (how many queries, which mask): a verification forward
+of k+1 tokens and generation's one-token forwards can disagree on a near-tie, and then a dense
+log (made by generation) differs from a live run (made by verification). `exact=True` verifies
+by feeding the trunk and each chain through the target one token at a time with a plain causal
+mask, exactly the forwards generation makes, so every decision, cache entry and feature is
+bit-identical to generation's at any dtype; it costs up to 1 + sum(len(chain)) target forwards
+per block. Generation always prefills prompt[:-1] and then feeds the last prompt token alone,
+which is what the live loop does too.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,81 +42,157 @@ def now_ms(device: str) -> float:
 @dataclass
 class Verdict:
     """The target's reading of one draft chain."""
+
     accepted: int  # leading draft tokens equal to the target's own choice
     choices: list[int]  # the target's token at positions P..P+len(draft): bonus = choices[accepted]
     p: list[float]  # the target's probability of each draft token (temperature applied)
 
 
 class Target:
-    def __init__(self, model, tokenizer, device: str = "cpu", temperature: float = 0.0):
+    def __init__(self, model, tokenizer, device: str = "cpu", temperature: float = 0.0, exact: bool = False):
         self.model, self.tokenizer, self.device, self.T = model, tokenizer, device, temperature
+        self.exact = exact  # verify one token per forward, as generation does (see the module's doc)
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
 
     # ---------------------------------------------------------------- reference output
-    def generate(self, prompt: list[int], max_new: int, pkey: int):
+    def _fwd(self, ids: list[int], cache, taps):
+        """One plain causal forward; feats as `lm.forward` gives them for `taps` (None: "last" alone)."""
+        t = torch.tensor(ids, device=self.device)
+        if taps is None:
+            return lm.forward(self.model, t, cache, hidden=True)
+        return lm.forward(self.model, t, cache, taps=taps)
+
+    def generate(self, prompt: list[int], max_new: int, pkey: int, taps=None):
         """Token-by-token output y (stops after EOS) and the target features at positions
-        0..len(prompt)+len(y)-2. Returns (y, feats, cache over those positions)."""
+        0..len(prompt)+len(y)-2. Returns (y, feats, cache over those positions): feats is the
+        "last" hidden state (N, H), or {key: (N, H)} for the keys in `taps`."""
         cache = lm.new_cache()
         dev = self.device
-        logits, f = lm.forward(self.model, torch.tensor(prompt, device=dev), cache, hidden=True)
-        feats, y = [f], []
+        feats, y = [], []
+        if len(prompt) > 1:  # the live loop's prefill, so that both make the same forwards
+            feats.append(self._fwd(prompt[:-1], cache, taps)[1])
+        logits, f = self._fwd(prompt[-1:], cache, taps)
+        feats.append(f)
         for t in range(max_new):
             tok = choose(logits[-1:], self.T, pkey, torch.tensor([t], device=dev))
             y.append(int(tok))
             if y[-1] in self.eos or t + 1 == max_new:
                 break
-            logits, f = lm.forward(self.model, tok, cache, hidden=True)
+            logits, f = self._fwd([y[-1]], cache, taps)
             feats.append(f)
-        return y, torch.cat(feats), cache
+        return y, _cat(feats), cache
 
     # -------------------------------------------------------------------- verification
-    def verify(self, cache, trunk: list[int], chains: list[list[int]], n_prompt: int, pkey: int,
-               want_p: bool = True):
-        """Verify `chains` after cache + trunk in one forward. Returns (verdicts, trunk
-        features (len(trunk), H), chain features list). The cache is left extended by the
-        whole tree: crop it with `keep` afterwards."""
-        dev = self.device
+    def verify(
+        self, cache, trunk: list[int], chains: list[list[int]], n_prompt: int, pkey: int, want_p: bool = True, taps=None
+    ):
+        """Verify `chains` after cache + trunk in one forward (exact: one token per forward).
+        Returns (verdicts, trunk features, chain features list): the "last" hidden state
+        (len(trunk), H) and [(len(chain), H)], or dicts {key: ...} for the keys in `taps`. The
+        cache is left extended by the whole tree (trunk, then every chain's keys in order): crop
+        it afterwards."""
         c0 = lm.cache_len(cache)
         P = c0 + len(trunk)  # prefix length
+        if self.exact:
+            logits, feats, spans = self._forward_exact(cache, trunk, chains, taps)
+        else:
+            logits, feats, spans = self._forward_tree(cache, trunk, chains, taps)
+        verdicts, chain_feats = [], []
+        root = logits[len(trunk) - 1 : len(trunk)]
+        for (s, n), c in zip(spans, chains):
+            rows = torch.cat([root, logits[s : s + n]])  # (n+1, V): predictions for P..P+n
+            verdicts.append(self._verdict(rows, c, P - n_prompt, pkey, want_p))
+            chain_feats.append(_rows(feats, s, s + n))
+        return verdicts, _rows(feats, 0, len(trunk)), chain_feats
+
+    def _verdict(self, rows: torch.Tensor, c: list[int], out0: int, pkey: int, want_p: bool) -> Verdict:
+        dev, n = self.device, len(c)
+        ch = choose(rows, self.T, pkey, torch.arange(out0, out0 + n + 1, device=dev)).tolist()
+        a = 0
+        while a < n and c[a] == ch[a] and ch[a] not in self.eos:
+            a += 1
+        if a < n and c[a] == ch[a]:  # an accepted EOS ends the output: count it, no bonus follows
+            a += 1
+        p = []
+        if want_p and n:
+            pr = probs(rows[:n], self.T)
+            p = pr.gather(1, torch.tensor(c, device=dev)[:, None])[:, 0].clamp(0, 1).tolist()
+        return Verdict(a, ch, p)
+
+    def _forward_tree(self, cache, trunk, chains, taps):
+        """The whole tree in one forward: (logits (Q, V), feats over the Q rows, chain spans)."""
+        dev = self.device
+        c0 = lm.cache_len(cache)
+        P = c0 + len(trunk)
         Q = len(trunk) + sum(len(c) for c in chains)
         ids = torch.tensor(trunk + [t for c in chains for t in c], device=dev)
         pos = torch.empty(Q, dtype=torch.long, device=dev)
         pos[: len(trunk)] = torch.arange(c0, P, device=dev)
         allow = torch.zeros(Q, c0 + Q, dtype=torch.bool, device=dev)
         allow[:, :c0] = True
-        allow[: len(trunk), c0: P] = torch.ones(len(trunk), len(trunk), dtype=torch.bool, device=dev).tril()
-        allow[len(trunk):, c0: P] = True
+        allow[: len(trunk), c0:P] = torch.ones(len(trunk), len(trunk), dtype=torch.bool, device=dev).tril()
+        allow[len(trunk) :, c0:P] = True
         start = len(trunk)
         spans = []
         for c in chains:
             n = len(c)
-            pos[start: start + n] = torch.arange(P, P + n, device=dev)
-            allow[start: start + n, c0 + start: c0 + start + n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+            pos[start : start + n] = torch.arange(P, P + n, device=dev)
+            allow[start : start + n, c0 + start : c0 + start + n] = torch.ones(
+                n, n, dtype=torch.bool, device=dev
+            ).tril()
             spans.append((start, n))
             start += n
-        logits, feats = lm.forward(self.model, ids, cache, pos=pos, allow=allow, hidden=True)
-        verdicts, chain_feats = [], []
-        root = logits[len(trunk) - 1: len(trunk)]
-        for (s, n), c in zip(spans, chains):
-            rows = torch.cat([root, logits[s: s + n]])  # (n+1, V): predictions for P..P+n
-            out_pos = torch.arange(P - n_prompt, P - n_prompt + n + 1, device=dev)
-            ch = choose(rows, self.T, pkey, out_pos).tolist()
-            a = 0
-            while a < n and c[a] == ch[a] and ch[a] not in self.eos:
-                a += 1
-            if a < n and c[a] == ch[a]:  # an accepted EOS ends the output: count it, no bonus follows
-                a += 1
-            p = []
-            if want_p and n:
-                pr = probs(rows[:n], self.T)
-                p = pr.gather(1, torch.tensor(c, device=dev)[:, None])[:, 0].clamp(0, 1).tolist()
-            verdicts.append(Verdict(a, ch, p))
-            chain_feats.append(feats[s: s + n])
-        return verdicts, feats[: len(trunk)], chain_feats
+        if taps is None:
+            logits, feats = lm.forward(self.model, ids, cache, pos=pos, allow=allow, hidden=True)
+        else:
+            logits, feats = lm.forward(self.model, ids, cache, pos=pos, allow=allow, taps=taps)
+        return logits, feats, spans
 
-    def score_dense(self, cache, ids: list[int], n_prompt: int, origins: list[int], chains: list[list[list[int]]],
-                    pkey: int, max_q: int = 1024) -> list[list[list[float]]]:
+    def _forward_exact(self, cache, trunk, chains, taps):
+        """The tree one token per forward: the trunk, then each chain after the trunk alone; the
+        chains' keys are then laid out one after another, as the tree forward leaves them."""
+        rows, feats, spans, kept = [], [], [], []
+        for t in trunk:
+            lg, f = self._fwd([t], cache, taps)
+            rows.append(lg)
+            feats.append(f)
+        P, start = lm.cache_len(cache), len(trunk)
+        for c in chains:
+            for t in c:
+                lg, f = self._fwd([t], cache, taps)
+                rows.append(lg)
+                feats.append(f)
+            kept.append(lm.kv_tail(cache, P))
+            lm.crop(cache, P)
+            spans.append((start, len(c)))
+            start += len(c)
+        for kv in kept:
+            lm.kv_extend(cache, kv)
+        return torch.cat(rows), _cat(feats), spans
+
+    def teacher_forced(self, prompt: list[int], y: list[int], pkey: int) -> list[int]:
+        """The target's token at output position i given prompt + y[:i], for every i, from one
+        tree-shaped verification forward after a prefill of prompt[:-1] (never the exact path):
+        what the engine's target check compares with a run's own tokens."""
+        if not y:
+            return []
+        cache = lm.new_cache()
+        if len(prompt) > 1:
+            lm.forward(self.model, torch.tensor(prompt[:-1], device=self.device), cache)
+        logits, _, _ = self._forward_tree(cache, prompt[-1:], [y[:-1]], ())
+        return choose(logits, self.T, pkey, torch.arange(len(y), device=self.device)).tolist()
+
+    def score_dense(
+        self,
+        cache,
+        ids: list[int],
+        n_prompt: int,
+        origins: list[int],
+        chains: list[list[list[int]]],
+        pkey: int,
+        max_q: int = 1024,
+    ) -> list[list[list[float]]]:
         """Target probabilities of every draft token at every origin (dense mode, sampling).
         `cache` covers ids[:-1]; for origin o (prefix length P) a copy of token P-1 is the
         root, seeing sequence keys < P-1, and each of that origin's chains hangs off it.
@@ -116,19 +203,26 @@ class Target:
         for i, cs in enumerate(chains):
             n = 1 + sum(len(c) for c in cs)
             if cur and size + n > max_q:
-                groups.append(cur); cur, size = [], 0
-            cur.append(i); size += n
+                groups.append(cur)
+                cur, size = [], 0
+            cur.append(i)
+            size += n
         if cur:
             groups.append(cur)
         for g in groups:
             toks, pos, lim, roots, spans = [], [], [], [], []
             for i in g:
                 P = n_prompt + origins[i]
-                roots.append(len(toks)); toks.append(ids[P - 1]); pos.append(P - 1); lim.append(P - 1)
+                roots.append(len(toks))
+                toks.append(ids[P - 1])
+                pos.append(P - 1)
+                lim.append(P - 1)
                 sp = []
                 for c in chains[i]:
                     sp.append((len(toks), len(c)))
-                    toks += c; pos += list(range(P, P + len(c))); lim += [P - 1] * len(c)
+                    toks += c
+                    pos += list(range(P, P + len(c)))
+                    lim += [P - 1] * len(c)
                 spans.append(sp)
             Q = len(toks)
             allow = torch.zeros(Q, n_seq + Q, dtype=torch.bool, device=dev)
@@ -136,15 +230,29 @@ class Target:
             for r, sp in zip(roots, spans):
                 allow[r, n_seq + r] = True
                 for s, n in sp:
-                    allow[s: s + n, n_seq + r] = True
-                    allow[s: s + n, n_seq + s: n_seq + s + n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-            logits, _ = lm.forward(self.model, torch.tensor(toks, device=dev), cache,
-                                   pos=torch.tensor(pos, device=dev), allow=allow)
+                    allow[s : s + n, n_seq + r] = True
+                    allow[s : s + n, n_seq + s : n_seq + s + n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+            logits, _ = lm.forward(
+                self.model, torch.tensor(toks, device=dev), cache, pos=torch.tensor(pos, device=dev), allow=allow
+            )
             lm.crop(cache, n_seq)
             pr = probs(logits, self.T)
             for i, r, sp in zip(g, roots, spans):
                 for s, n in sp:
                     prev = torch.tensor([r] + list(range(s, s + n - 1)), device=dev)[:n]
-                    tk = torch.tensor(toks[s: s + n], device=dev)
+                    tk = torch.tensor(toks[s : s + n], device=dev)
                     out[i].append(pr[prev].gather(1, tk[:, None])[:, 0].clamp(0, 1).tolist() if n else [])
         return out
+
+
+def _cat(parts: list):
+    """Concatenate per-forward features: tensors (n_i, H), or dicts of them key by key."""
+    if parts and isinstance(parts[0], dict):
+        return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    return torch.cat(parts)
+
+
+def _rows(feats, lo: int, hi: int):
+    if isinstance(feats, dict):
+        return {k: v[lo:hi] for k, v in feats.items()}
+    return feats[lo:hi]

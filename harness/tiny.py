@@ -5,6 +5,7 @@ fixed alphabet, the models are random-init Llama / GPT-2 / Qwen2 configs, and ev
 is saved with safetensors to a directory that `harness.engine.load_target` loads like any
 local checkpoint.
 """
+
 from __future__ import annotations
 
 import string
@@ -25,8 +26,9 @@ def make_tokenizer(extra: str = ""):
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>", pad_token="<pad>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
 
 
 def make_model(arch: str, vocab_size: int, hidden: int = 32, layers: int = 2, seed: int = 0):
@@ -36,14 +38,28 @@ def make_model(arch: str, vocab_size: int, hidden: int = 32, layers: int = 2, se
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab_size, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     if arch == "llama":
-        cfg = tf.LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                             tie_word_embeddings=False, **common)
+        cfg = tf.LlamaConfig(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            tie_word_embeddings=False,
+            **common,
+        )
         model = tf.LlamaForCausalLM(cfg)
     elif arch == "qwen2":
-        cfg = tf.Qwen2Config(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                             tie_word_embeddings=True, **common)
+        cfg = tf.Qwen2Config(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            tie_word_embeddings=True,
+            **common,
+        )
         model = tf.Qwen2ForCausalLM(cfg)
     elif arch == "gpt2":
         cfg = tf.GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=1024, **common)
@@ -83,13 +99,20 @@ def make_zoo(root: str | Path, arch: str = "llama", seed: int = 0) -> dict:
     root = Path(root)
     t, d = make_pair(root, arch, "llama", seed)
     from transformers import AutoModelForCausalLM
+
     target = AutoModelForCausalLM.from_pretrained(str(t), local_files_only=True, use_safetensors=True)
     torch.manual_seed(seed + 2)
     MedusaHeads.from_target(target, num_heads=8).save(root / "medusa")
     torch.manual_seed(seed + 3)
     EagleHead.from_target(target).save(root / "eagle")
-    specs = ["ngram=ngram", "suffix=suffix", f"draft=draft:path={d}", f"medusa=medusa:path={root / 'medusa'}",
-             f"eagle=eagle:path={root / 'eagle'}", "cascade=cascade:of=draft+ngram"]
+    specs = [
+        "ngram=ngram",
+        "suffix=suffix",
+        f"draft=draft:path={d}",
+        f"medusa=medusa:path={root / 'medusa'}",
+        f"eagle=eagle:path={root / 'eagle'}",
+        "cascade=cascade:of=draft+ngram",
+    ]
     return {"target": t, "draft": d, "root": root, "specs": specs}
 
 
@@ -103,6 +126,7 @@ PROMPTS = [  # varied prompts; the character tokenizer covers all of them
 
 def write_workload_file(path: str | Path, prompts=PROMPTS) -> Path:
     import json
+
     path = Path(path)
     path.write_text("".join(json.dumps({"workload": w, "prompt_id": p, "prompt": t}) + "\n" for w, p, t in prompts))
     return path

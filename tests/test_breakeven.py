@@ -170,3 +170,35 @@ def test_report_from_logs_labels_and_cis(tmp_path):
     new = set(tmp_path.rglob("*")) - before
     assert {p.name for p in new} == {"breakeven.txt", "breakeven.png", "breakeven.csv"}
     assert all(p.parent == tmp_path / "sim" for p in new)
+
+
+def test_engine_costs_replace_the_verification_and_name_the_engine():
+    from bandit.costmodel import engine_costs
+    from bandit.errors import InputError
+
+    manifest = {
+        "k": 3,
+        "timing": {
+            "verify_ms": {"tokens": [1, 4], "ms": [10.0, 16.0]},
+            "verify_batch_ms": {"drafts": [1, 2], "ms": [16.0, 20.0]},
+            "drafter_ms": {"a": 2.0, "b": 8.0},
+        },
+    }
+    engine = {
+        "engine": "vllm 0.32.0 cpu",
+        "hardware": {"cpu": "X"},
+        "timing": {
+            "verify_ms": {"tokens": [1, 4], "ms": [4.0, 5.0]},
+            "verify_batch_ms": {"drafts": [1, 2], "ms": [5.0, 7.5]},
+            "drafter_ms": {"a": 0.5},
+        },
+    }
+    c = engine_costs(["a", "b"], manifest, engine)
+    # by hand: verify(k + 1 = 4) is the engine's 5.0 ms; a timed by the engine, b keeps the harness's 8.0 ms
+    assert c.rho.tolist() == pytest.approx([0.5 / 5.0, 8.0 / 5.0])
+    assert c.alpha(1) == pytest.approx(7.5 / 5.0 - 1)
+    assert "vllm 0.32.0 cpu" in c.hardware and "b: the harness's call times" in c.hardware
+    with pytest.raises(InputError, match="engine"):
+        engine_costs(["a", "b"], manifest, {"timing": {}})
+    with pytest.raises(InputError, match="lacks drafter_ms for b"):
+        engine_costs(["a", "b"], {"k": 3}, engine)

@@ -402,7 +402,7 @@ def test_loader_modules_are_short_and_layered(name):
     src = (ROOT / "bandit" / f"{name}.py").read_text()
     assert len(src.splitlines()) <= 500
     tree = ast.parse(src)
-    lower = {"schema", "errors"} | set(LOADER[: LOADER.index(name)])
+    lower = {"schema", "errors", "observed"} | set(LOADER[: LOADER.index(name)])  # observed: layer 0 too
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bandit"):
             mod = node.module.split(".")[1] if "." in node.module else None

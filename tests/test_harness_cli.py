@@ -1,5 +1,6 @@
 """sweep.py end to end on tiny models: bad inputs fail before any work, logs load with
 bandit.logs, the manifest has exactly the documented fields, and reruns are byte-identical."""
+
 import json
 from pathlib import Path
 
@@ -12,8 +13,21 @@ from bandit.logs import load_logs
 from harness.tiny import make_model, make_tokenizer, make_zoo, save_model, write_workload_file
 
 torch.set_num_threads(1)
-MANIFEST_KEYS = ["v", "label", "run", "created", "mode", "target", "drafters", "k", "temperature", "seed",
-                 "workloads", "hardware", "code_version"]
+MANIFEST_KEYS = [
+    "v",
+    "label",
+    "run",
+    "created",
+    "mode",
+    "target",
+    "drafters",
+    "k",
+    "temperature",
+    "seed",
+    "workloads",
+    "hardware",
+    "code_version",
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,43 +52,64 @@ def _base(z, out, *extra, drafters=None):
     return args + list(extra)
 
 
-@pytest.mark.parametrize("change,message", [
-    (["--drafter", "x=warpdrive"], "unknown drafter kind 'warpdrive'"),
-    (["--drafter", "x=ngram:n_mx=3"], "unknown setting"),
-    (["--drafter", "x=draft:path=/nonexistent/model"], "/nonexistent/model"),
-    (["--drafter", "x=draft"], "missing setting path="),
-    (["--drafter", "x=cascade:of=draft+nothing"], "nothing"),
-    (["--drafter", "x=medusa:path={eagle}"], "format"),  # an EAGLE head given as Medusa heads
-    (["--drafter", "x=eagle:path={draft}"], "config.json"),  # a model directory, not a head
-    (["--k", "0"], "--k 0"),
-    (["--mode", "turbo"], "--mode 'turbo'"),
-    (["--workloads", "nosuchbench", "--workload-file", ""], "unknown workload"),
-    (["--workloads", "code"], "not both"),
-    (["--workloads", "gsm8k", "--workload-file", ""], "gsm8k/test.jsonl"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (["--drafter", "x=warpdrive"], "unknown drafter kind 'warpdrive'"),
+        (["--drafter", "x=ngram:n_mx=3"], "unknown setting"),
+        (["--drafter", "x=draft:path=/nonexistent/model"], "/nonexistent/model"),
+        (["--drafter", "x=draft"], "missing setting path="),
+        (["--drafter", "x=cascade:of=draft+nothing"], "nothing"),
+        (["--drafter", "x=medusa:path={eagle}"], "format"),  # an EAGLE head given as Medusa heads
+        (["--drafter", "x=eagle:path={draft}"], "not a head"),  # a model directory, not a head
+        (["--k", "0"], "--k 0"),
+        (["--mode", "turbo"], "--mode 'turbo'"),
+        (["--workloads", "nosuchbench", "--workload-file", ""], "unknown workload"),
+        (["--workloads", "code"], "not both"),
+        (["--workloads", "gsm8k", "--workload-file", ""], "gsm8k/test.jsonl"),
+    ],
+)
 def test_bad_inputs_fail_before_work(zoo, tmp_path, change, message):
     out = tmp_path / "run"
     change = [c.format(eagle=zoo["root"] / "eagle", draft=zoo["draft"]) for c in change]
     code, text = _cli(_base(zoo, out, *change))
-    assert code == 2, text
+    assert code == 1, text  # an input problem (bandit.errors.EXIT_INPUT)
     assert "error:" in text and message in text, text
     assert not out.exists()  # nothing was written
 
 
 def test_missing_target_and_tokenizer_mismatch(zoo, tmp_path):
     out = tmp_path / "run"
-    code, text = _cli(["--target", tmp_path / "nope", "--drafter", "n=ngram", "--workload-file", zoo["wl"], "--out", out])
-    assert code == 2 and "no such directory" in text and str(tmp_path / "nope") in text
+    code, text = _cli(
+        ["--target", tmp_path / "nope", "--drafter", "n=ngram", "--workload-file", zoo["wl"], "--out", out]
+    )
+    assert code == 1 and "no such directory" in text and str(tmp_path / "nope") in text
     code, text = _cli(_base(zoo, out, drafters=["n=ngram", f"d=draft:path={zoo['other']}"]))
-    assert code == 2 and "tokenizer mismatch" in text and str(zoo["other"]) in text, text
+    assert code == 1 and "tokenizer mismatch" in text and str(zoo["other"]) in text, text
     assert not out.exists()
 
 
 def test_models_root_resolution(zoo, tmp_path, monkeypatch):
     monkeypatch.setenv("MACH_MODELS", str(zoo["root"]))
     out = tmp_path / "run"
-    code, text = _cli(["--target", "target", "--drafter", "d=draft:path=draft", "--workload-file", zoo["wl"],
-                       "--out", out, "--k", "3", "--max-new-tokens", "8", "--limit", "1"])
+    code, text = _cli(
+        [
+            "--target",
+            "target",
+            "--drafter",
+            "d=draft:path=draft",
+            "--workload-file",
+            zoo["wl"],
+            "--out",
+            out,
+            "--k",
+            "3",
+            "--max-new-tokens",
+            "8",
+            "--limit",
+            "1",
+        ]
+    )
     assert code == 0, text
     m = json.loads((out / "manifest.json").read_text())
     assert m["target"]["sha256"] and m["drafters"]["d"]["sha256"]
@@ -83,7 +118,7 @@ def test_models_root_resolution(zoo, tmp_path, monkeypatch):
 def test_default_without_zoo_says_what_it_needs(monkeypatch, tmp_path):
     monkeypatch.setattr(sweep, "REPO", tmp_path)
     code, text = _cli([])
-    assert code == 2
+    assert code == 1
     assert "zoo/target/model.safetensors" in text and "python -m zoo.train all" in text
 
 
@@ -114,8 +149,13 @@ def test_logs_validate_and_rerun_identically(zoo, tmp_path, mode):
     else:
         assert _strip_times(blocks) == _strip_times(runs[1] / blocks.name)
     m = json.loads((runs[0] / "manifest.json").read_text())
-    assert list(m)[: len(MANIFEST_KEYS)] == MANIFEST_KEYS and set(m) <= set(MANIFEST_KEYS) | {"timing", "complete"}
-    assert m["complete"] is True
+    assert list(m)[: len(MANIFEST_KEYS)] == MANIFEST_KEYS
+    assert set(m) <= set(MANIFEST_KEYS) | {"timing", "complete", "target_check", "n_prompts", "throughput"}
+    assert m["complete"] is True and m["n_prompts"] == 4
+    (w,) = m["throughput"]["workers"].values()  # one process: one worker, every prompt
+    assert w["prompts"] == 4 and w["records"] == len(table.pos) and w["records_per_s"] > 0
+    tc = m["target_check"]  # float32 on CPU: the verification forward agrees with the run everywhere
+    assert tc["prompts_checked"] == 4 and tc["disagreements"] == 0 and tc["dtype"] == "float32"
     assert m["label"] == "MEASURED" and m["mode"] == mode and m["k"] == 4 and m["run"] == "r0"
     if mode == "dense":  # the live calibration phase measured rho and alpha's ingredients
         t = m["timing"]
@@ -135,7 +175,7 @@ def test_live_mode_run(zoo, tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert m["mode"] == "live" and m["timing"]["drafter_ms"]["d"] > 0
     code, text = _cli(_base(zoo, tmp_path / "live2", "--mode", "live"))
-    assert code == 2 and "one drafter" in text
+    assert code == 1 and "one drafter" in text
     # a policy from bandit/policies.py chooses among all drafters, one observed per block
     out = tmp_path / "live3"
     code, text = _cli(_base(zoo, out, "--mode", "live", "--policy", "bandit.policies:Random:random_state=0"))
@@ -143,7 +183,7 @@ def test_live_mode_run(zoo, tmp_path):
     recs = [json.loads(x) for x in (out / "blocks_live.jsonl").read_text().splitlines()]
     assert all(len(r["drafts"]) == 1 for r in recs) and len({n for r in recs for n in r["drafts"]}) > 2
     code, text = _cli(_base(zoo, tmp_path / "live4", "--mode", "live", "--policy", "bandit.policies:Nope"))
-    assert code == 2 and "cannot import" in text
+    assert code == 1 and "cannot import" in text
 
 
 def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
@@ -152,6 +192,7 @@ def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
     import shutil
 
     import workloads
+
     repo = tmp_path / "repo"
     for name in ("target", "draft", "medusa", "eagle"):
         shutil.copytree(zoo["root"] / name, repo / "zoo" / name)

@@ -1,6 +1,7 @@
 """Dense logs: each drafter's trajectory equals a live run with it; batched verification
 equals separate verification; sparse blocks verify every drafter on the identical prefix;
 expected_accepted matches its definition."""
+
 import pytest
 import torch
 
@@ -24,7 +25,9 @@ def zoo(tmp_path_factory):
 
 
 def _drafters(z, T=0.0):
-    return build_drafters([parse_spec(s) for s in z["specs"]], DrafterEnv(z["model"], z["tok"], z["target"], temperature=T))
+    return build_drafters(
+        [parse_spec(s) for s in z["specs"]], DrafterEnv(z["model"], z["tok"], z["target"], temperature=T)
+    )
 
 
 def _prompts(z, n=len(PROMPTS)):
@@ -33,7 +36,9 @@ def _prompts(z, n=len(PROMPTS)):
 
 @pytest.mark.parametrize("T", [0.0, 0.8])
 def test_dense_trajectory_equals_live(zoo, T):
-    dense = Engine(Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T), RunConfig("dense", K, MAX_NEW, T))
+    dense = Engine(
+        Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T), RunConfig("dense", K, MAX_NEW, T)
+    )
     n = len(PROMPTS) if T == 0 else 2  # sampled blocks accept little: keep the live runs short
     dres = [dense.run_prompt(*p) for p in _prompts(zoo, n)]
     names = list(dense.drafters)
@@ -41,7 +46,9 @@ def test_dense_trajectory_equals_live(zoo, T):
     for name in names:
         if name == "suffix":  # its corpus of earlier outputs must start empty, as in the dense run
             live_d["suffix"] = type(live_d["suffix"])("suffix", {}, live_d["suffix"].env)
-        live = Engine(Target(zoo["model"], zoo["tok"], temperature=T), {name: live_d[name]}, RunConfig("live", K, MAX_NEW, T))
+        live = Engine(
+            Target(zoo["model"], zoo["tok"], temperature=T), {name: live_d[name]}, RunConfig("live", K, MAX_NEW, T)
+        )
         for p, dr in zip(_prompts(zoo, n), dres):
             lr = live.run_prompt(*p)
             assert lr.output == dr.output
@@ -61,8 +68,10 @@ def test_dense_trajectory_equals_live(zoo, T):
         assert max(r["drafts"]["self"]["accepted"] for r in recs) == K  # acceptance exercised
         assert all(r["drafts"]["self"]["accepted"] == len(r["drafts"]["self"]["tokens"]) for r in recs)
     else:  # a drafter equal to the target: p == q for every token, so min(1, p/q) = 1
-        assert all(r["drafts"]["self"]["expected_accepted"] == pytest.approx(len(r["drafts"]["self"]["tokens"]), abs=1e-4)
-                   for r in recs)
+        assert all(
+            r["drafts"]["self"]["expected_accepted"] == pytest.approx(len(r["drafts"]["self"]["tokens"]), abs=1e-4)
+            for r in recs
+        )
 
 
 def test_batched_verification_equals_separate(zoo):
@@ -84,7 +93,7 @@ def test_batched_verification_equals_separate(zoo):
         assert s.p == pytest.approx(b.p, abs=1e-5)
         assert torch.allclose(f, f1, atol=1e-5) and torch.allclose(tf, tf1, atol=1e-5)
         # and against a plain full forward of prefix + chain (no cache, no custom mask)
-        full = zoo["model"](torch.tensor([ids + ch])).logits[0, len(ids) - 1:].argmax(-1).tolist()
+        full = zoo["model"](torch.tensor([ids + ch])).logits[0, len(ids) - 1 :].argmax(-1).tolist()
         assert full == s.choices
     assert [b.accepted for b in batched] == [5, 2, batched[2].accepted, 0, 3]
 
@@ -92,9 +101,12 @@ def test_batched_verification_equals_separate(zoo):
 @pytest.mark.parametrize("T", [0.0, 0.8])
 def test_sparse_mode(zoo, T):
     drafters = _drafters(zoo, T)
-    eng = Engine(Target(zoo["model"], zoo["tok"], temperature=T), drafters,
-                 RunConfig("sparse", K, MAX_NEW, T, behaviour="ngram"))
-    dense = Engine(Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T), RunConfig("dense", K, MAX_NEW, T))
+    eng = Engine(
+        Target(zoo["model"], zoo["tok"], temperature=T), drafters, RunConfig("sparse", K, MAX_NEW, T, behaviour="ngram")
+    )
+    dense = Engine(
+        Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T), RunConfig("dense", K, MAX_NEW, T)
+    )
     for p in _prompts(zoo)[:2]:
         sr, dr = eng.run_prompt(*p), dense.run_prompt(*p)
         assert sr.output == dr.output
@@ -104,8 +116,9 @@ def test_sparse_mode(zoo, T):
             for n, d in r["drafts"].items():
                 assert d["tokens"] == dr.records[r["pos"]]["drafts"][n]["tokens"]
                 assert d["accepted"] == dr.records[r["pos"]]["drafts"][n]["accepted"]
-                assert d["expected_accepted"] == pytest.approx(dr.records[r["pos"]]["drafts"][n]["expected_accepted"],
-                                                               abs=1e-4)
+                assert d["expected_accepted"] == pytest.approx(
+                    dr.records[r["pos"]]["drafts"][n]["expected_accepted"], abs=1e-4
+                )
         nxt = [r["pos"] + r["drafts"]["ngram"]["accepted"] + 1 for r in sr.records]
         assert [r["pos"] for r in sr.records[1:]] == nxt[:-1]  # the behaviour drafter advances
 
@@ -123,8 +136,11 @@ def test_dense_generator_gives_the_same_logs(zoo, T):
     output, same drafts, same acceptance; features differ only by float summation order."""
     runs = {}
     for gen in (None, "ngram"):
-        eng = Engine(Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T),
-                     RunConfig("dense", K, MAX_NEW, T, generator=gen))
+        eng = Engine(
+            Target(zoo["model"], zoo["tok"], temperature=T),
+            _drafters(zoo, T),
+            RunConfig("dense", K, MAX_NEW, T, generator=gen),
+        )
         runs[gen] = [eng.run_prompt(*p) for p in _prompts(zoo, 3)]
     for a, b in zip(runs[None], runs["ngram"]):
         assert a.output == b.output

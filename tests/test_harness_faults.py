@@ -1,5 +1,6 @@
 """Faults around the run directory: a second sweep into a locked run, writes through planted
 symlinks, --resume pitfalls, and resumes whose record-changing settings differ."""
+
 import json
 import os
 import shutil
@@ -32,8 +33,15 @@ def zoo(tmp_path_factory):
 
 
 def _kw(z, out, **over):
-    kw = dict(target=str(z["target"]), drafter=["n=ngram"], workload_file=str(z["wl"]), out=None if out is None
-              else str(out), k=4, max_new_tokens=8, quiet=True)
+    kw = dict(
+        target=str(z["target"]),
+        drafter=["n=ngram"],
+        workload_file=str(z["wl"]),
+        out=None if out is None else str(out),
+        k=4,
+        max_new_tokens=8,
+        quiet=True,
+    )
     kw.update(over)
     return kw
 
@@ -53,8 +61,20 @@ def _cli(args):
 
 
 def _cli_args(z, out, *extra):
-    return ["--target", z["target"], "--workload-file", z["wl"], "--drafter", "n=ngram", "--k", "4",
-            "--max-new-tokens", "8", *(["--out", out] if out is not None else []), *extra]
+    return [
+        "--target",
+        z["target"],
+        "--workload-file",
+        z["wl"],
+        "--drafter",
+        "n=ngram",
+        "--k",
+        "4",
+        "--max-new-tokens",
+        "8",
+        *(["--out", out] if out is not None else []),
+        *extra,
+    ]
 
 
 def _snapshot(d: Path) -> dict:
@@ -86,12 +106,13 @@ def test_second_sweep_is_refused_while_the_first_holds_the_lock(zoo, tmp_path):
     _run(zoo, out, limit=1)
     assert not (out / rundir.LOCK).exists()  # released at the end of the sweep
     before = _snapshot(out)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD.format(repo=str(REPO)), str(out)], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD.format(repo=str(REPO)), str(out)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         code, text = _cli(_cli_args(zoo, out, "--resume", "--limit", "2"))
-        assert code == 2, text
+        assert code == 1, text  # an input problem (bandit.errors.EXIT_INPUT)
         line = _one_error_line(text)
         assert "in use by another sweep" in line and f"pid {holder.pid}" in line and socket.gethostname() in line
         with pytest.raises(HarnessError, match="in use by another sweep"):
@@ -144,6 +165,7 @@ def test_lock_released_on_error_and_on_keyboard_interrupt(zoo, tmp_path, monkeyp
 
 # ---- 2. no writes through symlinks ----
 
+
 def test_run_directory_that_is_a_symlink_is_refused(zoo, tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -152,13 +174,15 @@ def test_run_directory_that_is_a_symlink_is_refused(zoo, tmp_path):
     link.symlink_to(victim, target_is_directory=True)
     for extra in ([], ["--resume"]):
         code, text = _cli(_cli_args(zoo, link, "--limit", "1", *extra))
-        assert code == 2 and "symlink" in _one_error_line(text), text
+        assert code == 1 and "symlink" in _one_error_line(text), text
         assert sorted(p.name for p in victim.iterdir()) == ["progress.jsonl"]
         assert (victim / "progress.jsonl").read_text() == "precious\n"
 
 
-@pytest.mark.parametrize("name", ["progress.jsonl", "blocks_dense.jsonl", "manifest.json", "manifest.json.tmp",
-                                  "run.lock", "blocks_sparse.jsonl"])
+@pytest.mark.parametrize(
+    "name",
+    ["progress.jsonl", "blocks_dense.jsonl", "manifest.json", "manifest.json.tmp", "run.lock", "blocks_sparse.jsonl"],
+)
 @pytest.mark.parametrize("resume", [False, True])
 def test_planted_file_symlinks_are_refused(zoo, tmp_path, name, resume):
     out = tmp_path / "run"
@@ -171,7 +195,7 @@ def test_planted_file_symlinks_are_refused(zoo, tmp_path, name, resume):
     victim.write_text("precious\n")
     (out / name).symlink_to(victim)
     code, text = _cli(_cli_args(zoo, out, "--limit", "2", *(["--resume"] if resume else [])))
-    assert code == 2, text
+    assert code == 1, text  # an input problem (bandit.errors.EXIT_INPUT)
     line = _one_error_line(text)
     assert "symlink" in line and name in line
     assert victim.read_text() == "precious\n"
@@ -194,6 +218,7 @@ def test_writers_do_not_follow_symlinks(tmp_path):
 
 # ---- 3. --resume pitfalls ----
 
+
 def test_resume_without_out_continues_the_newest_incomplete_run(zoo, tmp_path, capsys):
     root = tmp_path / "runs"
     with pytest.raises(HarnessError, match="nothing to continue"):
@@ -215,14 +240,14 @@ def test_resume_without_out_continues_the_newest_incomplete_run(zoo, tmp_path, c
 def test_cli_resume_without_out_uses_runs_under_the_working_directory(zoo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, text = _cli(_cli_args(zoo, None, "--resume", "--limit", "1"))
-    assert code == 2 and "nothing to continue" in _one_error_line(text) and "runs" in text, text
+    assert code == 1 and "nothing to continue" in _one_error_line(text) and "runs" in text, text
     assert not (tmp_path / "runs").exists()
 
 
 def test_resume_into_a_missing_directory_is_refused(zoo, tmp_path):
     out = tmp_path / "nope"
     code, text = _cli(_cli_args(zoo, out, "--resume", "--limit", "1"))
-    assert code == 2 and "no such run directory" in _one_error_line(text), text
+    assert code == 1 and "no such run directory" in _one_error_line(text), text
     assert not out.exists()
 
 
@@ -238,7 +263,7 @@ def test_records_without_a_readable_manifest_are_never_emptied(zoo, tmp_path, da
     before = _snapshot(out)
     for extra in (["--resume"], []):
         code, text = _cli(_cli_args(zoo, out, "--limit", "2", *extra))
-        assert code == 2, text
+        assert code == 1, text  # an input problem (bandit.errors.EXIT_INPUT)
         line = _one_error_line(text)
         assert "manifest.json" in line if extra else "already holds a run" in line or "manifest.json" in line
         assert _snapshot(out) == before  # the finished work is still there
@@ -254,15 +279,19 @@ def test_resume_of_an_empty_directory_starts_the_run(zoo, tmp_path, capsys):
 
 # ---- 4. record-changing settings are recorded and compared ----
 
-@pytest.mark.parametrize("setting,change,old,new", [
-    ("max_new_tokens", {"max_new_tokens": 9}, "8", "9"),
-    ("k", {"k": 5}, "4", "5"),
-    ("dtype", {"dtype": "bfloat16"}, "'float32'", "'bfloat16'"),
-    ("generator", {"generator": "n"}, "None", "'n'"),
-    ("temperature", {"temperature": 0.5}, "0.0", "0.5"),
-    ("seed", {"seed": 1}, "0", "1"),
-    ("mode", {"mode": "sparse", "behaviour": "n"}, "'dense'", "'sparse'"),
-])
+
+@pytest.mark.parametrize(
+    "setting,change,old,new",
+    [
+        ("max_new_tokens", {"max_new_tokens": 9}, "8", "9"),
+        ("k", {"k": 5}, "4", "5"),
+        ("dtype", {"dtype": "bfloat16"}, "'float32'", "'bfloat16'"),
+        ("generator", {"generator": "n"}, "None", "'n'"),
+        ("temperature", {"temperature": 0.5}, "0.0", "0.5"),
+        ("seed", {"seed": 1}, "0", "1"),
+        ("mode", {"mode": "sparse", "behaviour": "n"}, "'dense'", "'sparse'"),
+    ],
+)
 def test_resume_refuses_changed_settings(zoo, tmp_path, setting, change, old, new):
     out = tmp_path / "run"
     _run(zoo, out, limit=1)
@@ -279,8 +308,19 @@ def test_settings_are_recorded_and_limit_may_grow(zoo, tmp_path):
     out = tmp_path / "run"
     _run(zoo, out, limit=1)
     s = json.loads((out / rundir.SETTINGS).read_text())
-    for f in ("max_new_tokens", "dtype", "generator", "k", "temperature", "seed", "mode", "workloads",
-              "workload_file", "device", "behaviour"):
+    for f in (
+        "max_new_tokens",
+        "dtype",
+        "generator",
+        "k",
+        "temperature",
+        "seed",
+        "mode",
+        "workloads",
+        "workload_file",
+        "device",
+        "behaviour",
+    ):
         assert f in s
     assert s["max_new_tokens"] == 8 and s["dtype"] == "float32" and "limit" not in s
     prog = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
@@ -296,7 +336,7 @@ def test_resume_refuses_other_prompts(zoo, tmp_path):
     moved = tmp_path / "moved.jsonl"
     shutil.copy(zoo["wl"], moved)
     code, text = _cli(_cli_args(zoo, out, "--resume", "--limit", "2", "--workload-file", moved))
-    assert code == 2 and "setting 'workload_file' differs" in _one_error_line(text), text
+    assert code == 1 and "setting 'workload_file' differs" in _one_error_line(text), text
     # a prompt whose text changed under the same id: refused by its recorded token hash
     lines = Path(zoo["wl"]).read_text().splitlines()
     rec = json.loads(lines[0])
@@ -329,11 +369,12 @@ def test_a_manifest_that_is_a_directory_is_one_error_line(zoo, tmp_path):
     (out / "manifest.json").unlink()
     (out / "manifest.json").mkdir()
     code, text = _cli(_cli_args(zoo, out, "--resume", "--limit", "1"))
-    assert code == 2 and "manifest.json" in _one_error_line(text), text
+    assert code == 1 and "manifest.json" in _one_error_line(text), text
 
 
 def test_disk_full_mid_sweep_is_one_line_and_resumes_to_the_uninterrupted_run(zoo, tmp_path, monkeypatch):
     import errno
+
     ref = _run(zoo, tmp_path / "ref")
     real, calls = rundir.RunDir._append, []
 
@@ -344,11 +385,12 @@ def test_disk_full_mid_sweep_is_one_line_and_resumes_to_the_uninterrupted_run(zo
                 fh.write(b'{"v":1,"workload":"half')
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(self, *a)
+
     monkeypatch.setattr(rundir.RunDir, "_append", failing)
     out = tmp_path / "full"
     code, text = _cli(_cli_args(zoo, out))
     assert code != 0 and "Traceback" not in text
-    errors = sorted({x[x.index("error:"):] for x in text.replace("\r", "\n").splitlines() if "error:" in x})
+    errors = sorted({x[x.index("error:") :] for x in text.replace("\r", "\n").splitlines() if "error:" in x})
     assert len(errors) == 1 and "disk full" in errors[0] and f"--resume --out {out}" in errors[0]
     assert len((out / "progress.jsonl").read_text().splitlines()) == 2  # finished prompts are kept
     monkeypatch.setattr(rundir.RunDir, "_append", real)
@@ -359,8 +401,11 @@ def test_disk_full_mid_sweep_is_one_line_and_resumes_to_the_uninterrupted_run(zo
 
 def test_a_prompt_longer_than_the_target_context_is_refused(zoo, tmp_path):
     long = write_workload_file(tmp_path / "long.jsonl", [("code", "huge", "ab " * 600)])  # 1,800 characters
-    with pytest.raises(HarnessError, match=r"code/huge: 1800 prompt tokens \+ 8 output tokens \+ k 4 exceed the "
-                                           r"target's 1024 positions"):
+    with pytest.raises(
+        HarnessError,
+        match=r"code/huge: 1800 prompt tokens \+ 8 output tokens \+ k 4 exceed the "
+        r"target's 1024 positions",
+    ):
         _run(zoo, tmp_path / "o", workload_file=str(long))
     assert not (tmp_path / "o").exists()
 

@@ -1,4 +1,5 @@
 """Head formats: save/load round trip, feature convention, training loss, clear load errors."""
+
 import json
 
 import pytest
@@ -35,7 +36,9 @@ def test_round_trip_and_training(tmp_path, target, cls, kw):
     losses = []
     for _ in range(15):
         loss = head.training_loss(f, ids)
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
         losses.append(float(loss.detach()))
     assert losses[-1] < losses[0]  # the documented loss is trainable
     head.save(tmp_path / "h")

@@ -1,5 +1,6 @@
 """Live speculative decoding reproduces the target's own generate(), for every drafter,
 every target family, and under a policy; sampled output does not depend on the drafter."""
+
 import numpy as np
 import pytest
 import torch
@@ -33,8 +34,11 @@ def _drafters(z, temperature=0.0, extra=()):
 
 
 def _live(z, name, drafters, prompt, temperature=0.0, k=4):
-    eng = Engine(Target(z["model"], z["tok"], temperature=temperature), {name: drafters[name]},
-                 RunConfig("live", k, MAX_NEW, temperature))
+    eng = Engine(
+        Target(z["model"], z["tok"], temperature=temperature),
+        {name: drafters[name]},
+        RunConfig("live", k, MAX_NEW, temperature),
+    )
     return eng.run_prompt("w", "p", prompt)
 
 
@@ -44,8 +48,13 @@ def test_live_greedy_equals_generate_for_every_drafter(zoo):
     accepted_any = set()
     for _, _, text in PROMPTS[:2]:
         prompt = zoo["tok"](text).input_ids
-        ref = zoo["model"].generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False,
-                                    min_new_tokens=MAX_NEW)[0, len(prompt):].tolist()
+        ref = (
+            zoo["model"]
+            .generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False, min_new_tokens=MAX_NEW)[
+                0, len(prompt) :
+            ]
+            .tolist()
+        )
         for name in drafters:
             res = _live(zoo, name, drafters, prompt)
             assert res.output == ref, f"{name}: live output differs from generate()"
@@ -80,8 +89,13 @@ def test_live_policy(zoo):
     eng = Engine(Target(zoo["model"], zoo["tok"]), drafters, RunConfig("live", 4, MAX_NEW), pol, ["w"])
     prompt = zoo["tok"](PROMPTS[1][2]).input_ids
     res = eng.run_prompt("w", "p", prompt)
-    ref = zoo["model"].generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False,
-                                min_new_tokens=MAX_NEW)[0, len(prompt):].tolist()
+    ref = (
+        zoo["model"]
+        .generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False, min_new_tokens=MAX_NEW)[
+            0, len(prompt) :
+        ]
+        .tolist()
+    )
     assert res.output == ref
     names = list(drafters)
     ups = [c for c in pol.calls if c[0] == "update"]
@@ -106,14 +120,23 @@ def test_sampled_output_is_drafter_invariant(zoo):
     drafters = _drafters(zoo, T, extra=[f"self=draft:path={zoo['target']}"])
     prompt = zoo["tok"](PROMPTS[0][2]).input_ids
     outs = {n: _live(zoo, n, drafters, prompt, T).output for n in drafters}
-    dense = Engine(Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T), RunConfig("dense", 4, MAX_NEW, T))
+    dense = Engine(
+        Target(zoo["model"], zoo["tok"], temperature=T), _drafters(zoo, T), RunConfig("dense", 4, MAX_NEW, T)
+    )
     ref = dense.run_prompt("w", "p", prompt).output
     assert all(o == ref for o in outs.values()), {n: o[:8] for n, o in outs.items()}
     greedy = _live(zoo, "ngram", _drafters(zoo), prompt).output
     assert ref != greedy  # sampling really sampled
     # the same seed gives the same sample; another seed another one
-    other = Engine(Target(zoo["model"], zoo["tok"], temperature=T), {"ngram": drafters["ngram"]},
-                   RunConfig("live", 4, MAX_NEW, T, seed=1)).run_prompt("w", "p", prompt).output
+    other = (
+        Engine(
+            Target(zoo["model"], zoo["tok"], temperature=T),
+            {"ngram": drafters["ngram"]},
+            RunConfig("live", 4, MAX_NEW, T, seed=1),
+        )
+        .run_prompt("w", "p", prompt)
+        .output
+    )
     assert other != ref
 
 
@@ -124,8 +147,13 @@ def test_live_with_bandit_policies(zoo):
     if zoo["arch"] != "llama":
         pytest.skip("one family suffices")
     prompt = zoo["tok"](PROMPTS[3][2]).input_ids
-    ref = zoo["model"].generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False,
-                                min_new_tokens=MAX_NEW)[0, len(prompt):].tolist()
+    ref = (
+        zoo["model"]
+        .generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False, min_new_tokens=MAX_NEW)[
+            0, len(prompt) :
+        ]
+        .tolist()
+    )
     for pol in [policies.Random(random_state=0), CutOne()]:
         eng = Engine(Target(zoo["model"], zoo["tok"]), _drafters(zoo), RunConfig("live", 4, MAX_NEW), pol, ["w"])
         res = eng.run_prompt("w", "p", prompt)
@@ -141,7 +169,7 @@ class CutOne(RoundRobin):
 
     def reset(self, drafters, workloads, timing=None):
         super().reset(drafters, workloads)
-        self.lens, self.k = [], (timing or {}).get("k")
+        self.lens, self.k = [], (timing.k if timing is not None else None)
 
     def choose(self, ctx):
         self.lens.append(ctx.draft_len.copy())
@@ -153,12 +181,18 @@ def test_live_best_of_n_equals_generate_and_advances_by_the_longest(zoo):
     drafters = _drafters(zoo, extra=[f"self=draft:path={zoo['target']}"])
     names = list(drafters)
     order = [n for n in names if n != "self"] + ["self"]  # the perfect drafter last
-    eng = Engine(Target(zoo["model"], zoo["tok"]), {n: drafters[n] for n in order},
-                 RunConfig("live", 4, MAX_NEW), best_of_n=True)
+    eng = Engine(
+        Target(zoo["model"], zoo["tok"]), {n: drafters[n] for n in order}, RunConfig("live", 4, MAX_NEW), best_of_n=True
+    )
     for _, _, text in PROMPTS[:2]:
         prompt = zoo["tok"](text).input_ids
-        ref = zoo["model"].generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False,
-                                    min_new_tokens=MAX_NEW)[0, len(prompt):].tolist()
+        ref = (
+            zoo["model"]
+            .generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False, min_new_tokens=MAX_NEW)[
+                0, len(prompt) :
+            ]
+            .tolist()
+        )
         res = eng.run_prompt("w", "p", prompt)
         assert res.output == ref
         pos = [r["pos"] for r in res.records]

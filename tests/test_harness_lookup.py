@@ -1,4 +1,5 @@
 """The lookup drafters on hand-made sequences, against answers worked out by hand."""
+
 import pytest
 
 from harness.drafters import DrafterEnv, NgramDrafter, Prefix, SuffixDrafter

@@ -1,4 +1,5 @@
 """Workload sources (zoo files, benchmark files, --workload-file) and the drafter plug-in point."""
+
 import json
 import sys
 
@@ -17,16 +18,23 @@ def _jsonl(path, rows):
 
 
 def test_workload_file_and_errors(tmp_path):
-    f = _jsonl(tmp_path / "w.jsonl", [{"workload": "a", "prompt_id": "1", "prompt": "hi"},
-                                      {"workload": "b", "prompt_id": 2, "messages": [{"role": "user", "content": "yo"}]},
-                                      {"workload": "a", "prompt_id": "3", "prompt": "ho"}])
+    f = _jsonl(
+        tmp_path / "w.jsonl",
+        [
+            {"workload": "a", "prompt_id": "1", "prompt": "hi"},
+            {"workload": "b", "prompt_id": 2, "messages": [{"role": "user", "content": "yo"}]},
+            {"workload": "a", "prompt_id": "3", "prompt": "ho"},
+        ],
+    )
     items = W.load(workload_file=str(f), limit=1)
     assert [(i.workload, i.prompt_id) for i in items] == [("a", "1"), ("b", "2")]
     tok = make_tokenizer()
     assert tok.decode(items[1].token_ids(tok)) == "user: yo\nassistant: "  # no chat template: plain turns
-    for bad, msg in [({"workload": "a", "prompt_id": "1"}, "exactly one of prompt"),
-                     ({"workload": "a", "prompt": "x"}, "prompt_id"),
-                     ({"workload": "a", "prompt_id": "1", "messages": [{"text": "x"}]}, "role and content")]:
+    for bad, msg in [
+        ({"workload": "a", "prompt_id": "1"}, "exactly one of prompt"),
+        ({"workload": "a", "prompt": "x"}, "prompt_id"),
+        ({"workload": "a", "prompt_id": "1", "messages": [{"text": "x"}]}, "role and content"),
+    ]:
         g = _jsonl(tmp_path / "bad.jsonl", [{"workload": "a", "prompt_id": "0", "prompt": "ok"}, bad])
         with pytest.raises(W.WorkloadError, match=f"bad.jsonl:2: .*{msg}"):
             W.load_workload_file(g)
@@ -42,12 +50,18 @@ def test_benchmark_files(tmp_path, monkeypatch):
     with pytest.raises(W.WorkloadError, match=r"gsm8k/test.jsonl not found; looked in: .*mine/gsm8k/test.jsonl"):
         W.load(["gsm8k"], data=str(tmp_path / "mine"))
     models = tmp_path / "models"
-    _jsonl(models / "data/spec_bench/question.jsonl",
-           [{"question_id": 1, "category": "translation", "turns": ["Translate: bonjour", "again"]},
-            {"question_id": 2, "category": "math_reasoning", "turns": ["2+2?"]}])
+    _jsonl(
+        models / "data/spec_bench/question.jsonl",
+        [
+            {"question_id": 1, "category": "translation", "turns": ["Translate: bonjour", "again"]},
+            {"question_id": 2, "category": "math_reasoning", "turns": ["2+2?"]},
+        ],
+    )
     monkeypatch.setenv("MACH_MODELS", str(models))  # the models-root convention
     items = W.load(["specbench:math_reasoning"])
-    assert [(i.workload, i.prompt_id, i.messages[0]["content"]) for i in items] == [("specbench:math_reasoning", "2", "2+2?")]
+    assert [(i.workload, i.prompt_id, i.messages[0]["content"]) for i in items] == [
+        ("specbench:math_reasoning", "2", "2+2?")
+    ]
     assert len(W.load(["specbench"])) == 2
     with pytest.raises(W.WorkloadError, match="unknown category"):
         W.load(["specbench:poetry"])
@@ -56,8 +70,12 @@ def test_benchmark_files(tmp_path, monkeypatch):
     _jsonl(tmp_path / "mt.jsonl", [{"question_id": 81, "turns": ["Write a poem"]}])
     src = tmp_path / "src.py"
     src.write_text("def value_of(x):\n    return value_of_inner(x)\n" * 30)
-    paths = {"gsm8k": tmp_path / "gsm.jsonl", "humaneval": tmp_path / "he.jsonl", "mtbench": tmp_path / "mt.jsonl",
-             "copyedit": src}
+    paths = {
+        "gsm8k": tmp_path / "gsm.jsonl",
+        "humaneval": tmp_path / "he.jsonl",
+        "mtbench": tmp_path / "mt.jsonl",
+        "copyedit": src,
+    }
     items = W.load(["gsm8k", "humaneval", "mtbench", "copyedit"], paths=paths)
     assert [i.workload for i in items] == ["gsm8k", "humaneval", "mtbench", "copyedit", "copyedit"]
     assert items[1].prompt == "def f():\n" and items[1].prompt_id == "HumanEval/0"
@@ -75,6 +93,7 @@ def test_zoo_workloads_named():
 
 class EchoDrafter(Drafter):
     """A plug-in: proposes the last token `n` times."""
+
     kind = "echo"
 
     def draft(self, pre, k):
@@ -88,6 +107,7 @@ def test_plugin_by_import_path(monkeypatch):
     assert (spec.kind, spec.settings) == ("my_plugins:EchoDrafter", {"n": 3})
     d = build_drafters([spec], DrafterEnv(None, None))["e"]
     from harness.drafters import Prefix
+
     assert d.draft(Prefix([5, 6, 7], 1, None, 0, 0.0), 8).tokens == [7, 7, 7]
     with pytest.raises(HarnessError, match="cannot import"):
         build_drafters([parse_spec("e=no_such_mod.sub:Cls")], DrafterEnv(None, None))
@@ -107,4 +127,5 @@ def test_plugin_by_entry_point(tmp_path, monkeypatch):
     assert spec.kind == "echo"
     d = build_drafters([spec], DrafterEnv(None, None))["e"]
     from harness.drafters import Prefix
+
     assert d.draft(Prefix([3, 4], 1, None, 0, 0.0), 8).tokens == [4]

@@ -389,3 +389,28 @@ def test_an_unreadable_parquet_is_one_located_error(tmp_path, packed, what):
         load_logs([path])
     assert (e.value.path, e.value.line, e.value.field) == (str(path), 0, "file")
     assert "not a readable Parquet file" in e.value.problem and len(str(e.value).splitlines()) == 1
+
+
+def test_replay_json_and_ci_on_the_packed_parquet_equal_those_on_the_jsonl(tmp_path):
+    """The issue's check end to end: `specbandit pack`, then `replay --json` and `ci` on the Parquet directory
+    print and write the same numbers as on the JSON lines (ci.json differs only in the inputs it names)."""
+    from typer.testing import CliRunner
+
+    from bandit.cli import app
+
+    log = write_sim_run(SimConfig(n_prompts=4, out_len=24, seed=9), tmp_path / "run")
+    runner = CliRunner()
+    r = runner.invoke(app, ["pack", str(log), "--out", str(tmp_path / "packed")])
+    assert r.exit_code == 0, r.output
+    assert [p.name for p in sorted((tmp_path / "packed").iterdir())] == ["blocks_sim.parquet", "manifest.json"]
+    outs = {}
+    for name, where in (("jsonl", log.parent), ("parquet", tmp_path / "packed")):
+        rep = runner.invoke(app, ["replay", str(where), "--json", "--resamples", "50"])
+        assert rep.exit_code == 0, rep.output
+        c = runner.invoke(app, ["ci", str(where), "--resamples", "50", "--refit-resamples", "4", "--quiet"])
+        assert c.exit_code == 0, c.output
+        entries = json.loads((where / "ci.json").read_text())
+        summary = {k: v for k, v in json.loads(rep.output).items() if k not in ("sources", "inputs")}
+        outs[name] = (summary, [{k: v for k, v in e.items() if k != "inputs"} for e in entries])
+    assert outs["jsonl"] == outs["parquet"]
+    assert len(outs["jsonl"][1]) > 10 and "table" in outs["jsonl"][0] and "ci" in outs["jsonl"][0]
