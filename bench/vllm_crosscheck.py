@@ -30,8 +30,10 @@ The matching rules (vllm/v1/spec_decode/ngram_proposer.py vs harness/drafters.py
 * counting: vLLM counts acceptance over the raw verified tokens, including ones past max_tokens or past an EOS
   that the output then drops; our log caps at the output's end.
 
-No setting of NgramDrafter reproduces vLLM's rule (occurrence and length differ at every n); the replayed column
-is the aligned comparison, ours the difference the rule makes on these prompts.
+The setting that aligns the proposals is `--drafter ngram=ngram:rule=vllm` (the earliest occurrence, only the
+tokens that exist; tests/test_harness_ngram_vllm.py checks it against `vllm_ngram_draft` below, which the vllm
+tier checks against vLLM's own proposer); the counting differences above remain. This script's "ours" column is
+the default rule (rule=latest); the replayed columns separate the differences the rules make on these prompts.
 
 Timing (`--timing`): vLLM in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, the uni-process executor), one request at
 a time with ngram k = 8 on the same prompts, each proposal cut to a cycling length k, k-1, .., 0 so that every

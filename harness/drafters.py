@@ -185,7 +185,11 @@ class NgramDrafter(Drafter):
     suffix n-gram (n_max down to n_min) is copied forward (overlapping copies continue a
     repeated span, LZ77-style). conf[j]: the fraction of the n-gram's occurrences whose
     continuation agrees with the draft up to and including j (carried forward past the
-    known continuations); entropy[j]: of those occurrences' next tokens."""
+    known continuations); entropy[j]: of those occurrences' next tokens.
+
+    `rule=vllm` drafts as vLLM's ngram proposer does (bench/vllm_crosscheck.py measured both):
+    the *earliest* occurrence, and only the tokens that exist after it (no overlapping copy).
+    The default `rule=latest` is not recorded in the settings, so older runs resume unchanged."""
 
     kind = "ngram"
 
@@ -194,7 +198,10 @@ class NgramDrafter(Drafter):
         self.n_min = self._setting("n_min", 1, int)  # shortest suffix pattern tried
         self.n_max = self._setting("n_max", 4, int)  # longest suffix pattern tried (tried first)
         self.max_occ = self._setting("max_occ", 64, int)  # most recent occurrences used for conf
-        self._check_settings({"n_min", "n_max", "max_occ"})
+        self.rule = str(self.settings.get("rule", "latest"))  # latest (ours) | vllm (vLLM's proposer)
+        self._check_settings({"n_min", "n_max", "max_occ", "rule"})
+        if self.rule not in ("latest", "vllm"):
+            raise HarnessError(f"--drafter {name}=ngram: rule={self.rule!r}; expected latest or vllm")
         if not 1 <= self.n_min <= self.n_max:
             raise HarnessError(f"--drafter {name}=ngram: need 1 <= n_min <= n_max, got {self.n_min}, {self.n_max}")
 
@@ -206,16 +213,24 @@ class NgramDrafter(Drafter):
             win = np.lib.stride_tricks.sliding_window_view(ids[: P - 1], n)  # starts 0..P-1-n
             hits = np.flatnonzero((win == pat).all(1))
             if len(hits):
+                if self.rule == "vllm":
+                    return self._copy(ids, hits[: self.max_occ] + n, k, first=True)
                 return self._copy(ids, hits[-self.max_occ :] + n, k)
         return Draft.empty()
 
     @staticmethod
-    def _copy(ids: np.ndarray, starts: np.ndarray, k: int) -> Draft:
-        P, src = len(ids), int(starts[-1])
-        seq = list(ids)
-        for j in range(k):  # overlapping copy: may read tokens it has just drafted
-            seq.append(seq[src + j])
-        toks = seq[P:]
+    def _copy(ids: np.ndarray, starts: np.ndarray, k: int, first: bool = False) -> Draft:
+        P = len(ids)
+        if first:  # vLLM: the earliest occurrence, and only the tokens after it that exist
+            src = int(starts[0])
+            toks = ids[src : min(P, src + k)].tolist()
+            k = len(toks)
+        else:
+            src = int(starts[-1])
+            seq = list(ids)
+            for j in range(k):  # overlapping copy: may read tokens it has just drafted
+                seq.append(seq[src + j])
+            toks = seq[P:]
         conts = [ids[s : min(P, s + k)].tolist() for s in starts]
         conf, ent, c_prev = [], [], 1.0
         for j in range(k):
