@@ -677,17 +677,9 @@ def _say_done(rd, n_blocks, say) -> None:
 
 def target_check(rd, info) -> dict:
     """The manifest's `target_check` from every part's target check lines (finished prompts only)."""
-    seen = rd.check_lines()
-    bad = [r for r in seen if r["disagreements"]]
-    return {
-        "prompts_checked": len(seen),
-        "tokens": sum(r["tokens"] for r in seen),
-        "disagreements": sum(r["disagreements"] for r in seen),
-        "prompts": len(bad),
-        "first": [f"{r['workload']}/{r['prompt_id']}@{r['first']}" for r in bad[:5]],
-        "dtype": info["dtype"],
-        "exact_verify": bool(info["exact"]),
-    }
+    from harness import shards
+
+    return shards.check_summary(rd.check_lines(), info["dtype"], info["exact"])
 
 
 if __name__ == "__main__":

@@ -24,24 +24,19 @@ import json
 from pathlib import Path
 from typing import Annotated, Optional, Sequence
 
-import numpy as np
 import typer
 
 from bandit import progress, selector, trajectory
 from bandit.bootstrap import (
-    JACK_GROUPS,
     LEVEL,
     METHODS,
     UNITS,
     Entry,
     Interval,
-    cluster_units,
     degenerate,
     fmt,
     fmt_ci,
-    interval,
     no_variation,
-    resample_counts,
 )
 from bandit.logs import default_inputs, load_logs, output_path
 from bandit.replay import table_stats
@@ -59,104 +54,6 @@ SELECTOR_HEADLINE = (
 )
 
 
-def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: str) -> list[Entry]:
-    """The LOWO selector's entries: frontier areas of every score (headline) and the logistic score's operating
-    point, with every fit, primary, alternatives set and threshold remade in every resample (bandit/selector.py)."""
-    W, P = len(t.workloads), t.n_prompts
-    point = selector.nested(t, np.ones((1, P)))
-    fixed = row_w = None
-    if unit == "prompt":
-        _, strata = cluster_units(t, "prompt")
-        wp = resample_counts(strata, n_refit, seed).astype(float)
-    else:  # single blocks of each fold's block set (its primary chosen on its training workloads, then fixed)
-        fixed = selector.primaries(t)
-        cands = selector.candidates(t, sorted(set(fixed)))
-        row_w = {q: resample_counts(cands[q].workload, n_refit, seed).astype(float) for q in set(fixed)}
-        wp = np.ones((n_refit, P))
-    boot = selector.nested(
-        t,
-        wp,
-        fold_primaries=fixed,
-        row_weights=row_w,
-        progress=f"selector refits: {wp.shape[0]} resamples, held-out workload",
-    )
-    jack = None
-    if method == "bca":
-        if unit == "prompt":
-            G = min(P, JACK_GROUPS)
-            group = np.arange(P) % G
-            jack = selector.nested(t, (group[None, :] != np.arange(G)[:, None]).astype(float))
-        else:
-            jw = {}
-            for q in set(fixed):
-                n = cands[q].rows.size
-                G = min(n, JACK_GROUPS)
-                jw[q] = ((np.arange(n) % G)[None, :] != np.arange(JACK_GROUPS)[:, None]).astype(float)
-            jack = selector.nested(t, np.ones((JACK_GROUPS, P)), fold_primaries=fixed, row_weights=jw)
-    n_w = [int(point.sums["logistic"][g].w[0]) for g in range(W)]
-    c_w = np.bincount(t.workload[trajectory.prompt_rows(t)[0]], minlength=W)
-    out: list[Entry] = []
-
-    def add(name: str, v: np.ndarray, bt: np.ndarray, jk: np.ndarray | None, g: int | None, label: str) -> None:
-        nb = sum(n_w) if g is None else n_w[g]
-        nc = P if g is None else int(c_w[g])
-        out.append(Entry(name, interval(float(v[0]), bt, jk, method, unit, seed), nb, nc, label))
-
-    for sc in selector.SCORES:
-        pre = "selector_frontier_area" + ("" if sc == "logistic" else f"_{sc}")
-        for j in range(W + 1):
-            name = pre if j == W else f"{pre}[{t.workloads[j]}]"
-            add(
-                name,
-                point.areas[sc][:, j],
-                boot.areas[sc][:, j],
-                None if jack is None else jack.areas[sc][:, j],
-                None if j == W else j,
-                t.label,
-            )
-    for g in [None, *range(W)]:
-        o, ob = point.outcome("logistic", g), boot.outcome("logistic", g)
-        oj = None if jack is None else jack.outcome("logistic", g)
-        sfx = "" if g is None else f"[{t.workloads[g]}]"
-        for key, name in (
-            ("capture", "selector_capture"),
-            ("redraft_rate", "selector_redraft_rate"),
-            ("skill", "selector_skill"),
-            ("token_gain", "selector_token_gain"),
-            ("speedup", "selector_speedup"),
-        ):
-            why = None
-            if key == "skill" and not 0 < o["redraft_rate"][0] < 1:  # listed with the reason, not dropped
-                why = (
-                    "undefined: the selector re-drafts "
-                    + ("every block" if o["redraft_rate"][0] >= 1 else "no block")
-                    + ", so capture per re-draft says nothing about its ranking"
-                )
-            if key == "capture" and not np.isfinite(o["capture"][0]):
-                why = "undefined: the alternatives have no gap to capture on this block set"
-            if why is not None:
-                nan = float("nan")
-                out.append(
-                    Entry(
-                        f"{name}{sfx}",
-                        Interval(nan, nan, nan, method, unit, n_refit, seed, why),
-                        0,
-                        t.n_prompts,
-                        t.label,
-                    )
-                )
-                continue
-            add(
-                f"{name}{sfx}",
-                o[key],
-                ob[key],
-                None if oj is None else oj[key],
-                g,
-                "MODEL" if key == "speedup" else t.label,
-            )
-    return out
-
-
 def headline(
     t: BlockTable,
     unit: str = "prompt",
@@ -169,7 +66,7 @@ def headline(
     b = trajectory.block_set(t)
     entries = table_stats(t, unit, n_resamples, seed, method)
     if len(b.workloads) >= 2 and len(b.drafters) >= 2:
-        entries += selector_entries(t, unit, min(n_refit, n_resamples), seed, method)
+        entries += selector.selector_entries(t, unit, min(n_refit, n_resamples), seed, method)
     else:  # listed with the reason, not dropped
         why = (
             f"undefined: the selector is evaluated leave-one-workload-out between drafters, and this table has "

@@ -46,26 +46,7 @@ def make_policies(random_state: int = 0) -> list[BasePolicy]:
 
 
 if __name__ == "__main__":
-    from bandit.simulate import SimConfig, simulate_table
-    from bandit.walk import block_replay
+    from bandit.walk import flips_demo
 
-    t = simulate_table(
-        SimConfig(
-            drafter_accept=(0.72,) * 4,
-            workload_shift=(0.0,) * 4,
-            ranking_flips=True,
-            flip_margin=0.6,
-            n_prompts=30,
-            out_len=120,
-            dense=False,
-            seed=0,
-        )
-    )
-    print(f"simulated campaign with planted ranking flips: {t.summary()}")
-    print(
-        "mean accepted per logged block, each policy in one pass over the prompts in table order [SIM] "
-        "(intervals: python bandit/core.py)"
-    )
-    for pol in make_policies():
-        r = block_replay(t, pol)
-        print(f"  {r.policy}: {r.mean_reward:.3f} over {r.reward.size} blocks")
+    flips_demo(make_policies())
+    print("(intervals: python bandit/core.py)")

@@ -361,22 +361,6 @@ class LinUCB(BasePolicy):
 
 
 if __name__ == "__main__":
-    from bandit.simulate import SimConfig, simulate_table
-    from bandit.walk import block_replay
+    from bandit.walk import flips_demo
 
-    t = simulate_table(
-        SimConfig(
-            drafter_accept=(0.72,) * 4,
-            workload_shift=(0.0,) * 4,
-            ranking_flips=True,
-            flip_margin=0.6,
-            n_prompts=30,
-            out_len=120,
-            dense=False,
-            seed=0,
-        )
-    )
-    print(f"simulated campaign with planted ranking flips: {t.summary()}")
-    for pol in (UCBSpec(), EXP3Spec(), HedgeQuery(), ThompsonCtx(), HedgeCtx(), LinUCB()):
-        r = block_replay(t, pol)
-        print(f"[SIM] {r.policy}: mean accepted per logged block {r.mean_reward:.3f} over {r.reward.size} blocks")
+    flips_demo([UCBSpec(), EXP3Spec(), HedgeQuery(), ThompsonCtx(), HedgeCtx(), LinUCB()])

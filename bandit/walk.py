@@ -26,6 +26,7 @@ import numpy as np
 
 from bandit import trajectory
 from bandit.schema import Context, Policy, Timing
+from bandit.simulate import SimConfig, simulate_table
 from bandit.table import BlockTable
 from bandit.trajectory import TrajectoryResult
 
@@ -189,6 +190,26 @@ def trajectory_replay(t: BlockTable, policy: Policy, prompt_order: np.ndarray | 
 
 
 # ---------------------------------------------------------------- entry points
+
+
+def flips_demo(policies) -> None:
+    """Print each policy's mean accepted per logged block on a small simulated campaign with planted ranking
+    flips between workloads [SIM]: what `python bandit/<policy module>.py` shows."""
+    cfg = SimConfig(
+        drafter_accept=(0.72,) * 4,
+        workload_shift=(0.0,) * 4,
+        ranking_flips=True,
+        flip_margin=0.6,
+        n_prompts=30,
+        out_len=120,
+        dense=False,
+        seed=0,
+    )
+    t = simulate_table(cfg)
+    print(f"simulated campaign with planted ranking flips: {t.summary()}")
+    for pol in policies:
+        r = block_replay(t, pol)
+        print(f"[SIM] {r.policy}: mean accepted per logged block {r.mean_reward:.3f} over {r.reward.size} blocks")
 
 
 if __name__ == "__main__":

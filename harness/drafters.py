@@ -906,7 +906,8 @@ class EagleDrafter(_ModelDrafter):
         return out
 
 
-def _common(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (an accepted draft, a reusable cache)."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -978,7 +979,7 @@ class Eagle3Drafter(_ModelDrafter):
             return Draft.empty()
         dev = pre.hidden[self.model.keys[0]].device
         cached = 0 if self.kv is None else self.kv[0][0].shape[2]
-        keep = max(0, min(_common(self.kv_ids, ids) - 1, P - 2, cached))  # pair j needs ids[: j + 2] unchanged
+        keep = max(0, min(common_prefix(self.kv_ids, ids) - 1, P - 2, cached))  # pair j needs ids[: j + 2] unchanged
         past = None if keep == 0 else [(k_[:, :, :keep], v_[:, :, :keep]) for k_, v_ in self.kv]
         for a, b in self._spans(P - 1 - keep):
             j = torch.arange(keep + a, keep + b, device=dev)
@@ -1062,7 +1063,7 @@ class DFlashDrafter(_ModelDrafter):
             return Draft.empty()
         dev = pre.hidden[self.model.keys[0]].device
         cached = 0 if self.ctx is None else self.ctx[0][0].shape[2]
-        keep = min(_common(self.ctx_ids, ids), P - 1, cached)  # position j's keys need ids[: j + 1] unchanged
+        keep = min(common_prefix(self.ctx_ids, ids), P - 1, cached)  # position j's keys need ids[: j + 1] unchanged
         ctx = [(k_[:, :, :keep], v_[:, :, :keep]) for k_, v_ in self.ctx] if keep else None
         for a, b in self._spans(P - 1 - keep):
             rows = torch.arange(keep + a, keep + b, device=dev)

@@ -36,7 +36,7 @@ import torch
 
 from bandit.schema import LOOKUP_KINDS, Context, Timing, draft_features
 
-from .drafters import Draft, Prefix, Sequence, feature_layers
+from .drafters import common_prefix, Draft, Prefix, Sequence, feature_layers
 from .lm import LAST, HarnessError
 from . import lm
 from .sampling import expected_accepted, prompt_key
@@ -88,15 +88,6 @@ def draft_record(d: Draft, accepted: int, exp_acc: float | None, ms: float | Non
     if ms is not None:
         rec["ms"] = _r(ms, 3)
     return rec
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass
@@ -227,7 +218,7 @@ class Engine:
             rec["drafts"] = {}
             for i, n in enumerate(self.names):
                 d = done[n][pos]
-                a = _lcp(d.tokens, y[pos:])
+                a = common_prefix(d.tokens, y[pos:])
                 ea = float(a) if T == 0 else expected_accepted(p[pos][i], d.q or [1.0] * len(d.tokens))
                 rec["drafts"][n] = draft_record(d, a, ea, None)
             recs.append(rec)

@@ -38,6 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from .blocks import RMSNorm
 from .lm import HarnessError
 
 MEDUSA_FORMAT = "specbandit-medusa-v1"
@@ -300,17 +301,6 @@ class EagleConfig:
     own_embedding: bool = False  # the head carries (and saves) its own token embedding instead of the target's
 
 
-class _RMSNorm(nn.Module):
-    def __init__(self, h: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(h))
-        self.eps = eps
-
-    def forward(self, x):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
-
-
 def _rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding (Llama's rotate-half form); x (B, nh, Q, d), pos (B, Q)."""
     d = x.shape[-1]
@@ -336,12 +326,12 @@ class _LlamaLayer(nn.Module):
             )
         self.hd, self.theta = h // self.nh, c.rope_theta
         inter = c.intermediate_size or 4 * h
-        self.input_layernorm = _RMSNorm(h, c.rms_norm_eps) if c.input_norm else None
+        self.input_layernorm = RMSNorm(h, c.rms_norm_eps) if c.input_norm else None
         self.q_proj = nn.Linear(h, self.nh * self.hd, bias=c.qkv_bias)
         self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=c.qkv_bias)
         self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=c.qkv_bias)
         self.o_proj = nn.Linear(self.nh * self.hd, h, bias=False)
-        self.post_attention_layernorm = _RMSNorm(h, c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(h, c.rms_norm_eps)
         self.gate_proj = nn.Linear(h, inter, bias=False)
         self.up_proj = nn.Linear(h, inter, bias=False)
         self.down_proj = nn.Linear(inter, h, bias=False)

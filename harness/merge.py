@@ -255,14 +255,5 @@ def target_check(out: Path, sources: list[Source]) -> dict:
     seen = [json.loads(raw) for s in sources for part in s.parts.values() for raw in part.checks.values()]
     done = {(r["workload"], r["prompt_id"]) for s in sources for part in s.parts.values() for r in part.progress}
     seen = [r for r in seen if (r["workload"], r["prompt_id"]) in done]
-    bad = [r for r in seen if r["disagreements"]]
     old = next((s.manifest["target_check"] for s in sources if "target_check" in s.manifest), {})
-    return {
-        "prompts_checked": len(seen),
-        "tokens": sum(r["tokens"] for r in seen),
-        "disagreements": sum(r["disagreements"] for r in seen),
-        "prompts": len(bad),
-        "first": [f"{r['workload']}/{r['prompt_id']}@{r['first']}" for r in bad[:5]],
-        "dtype": old.get("dtype"),
-        "exact_verify": old.get("exact_verify", False),
-    }
+    return shards.check_summary(seen, old.get("dtype"), old.get("exact_verify", False))

@@ -368,3 +368,17 @@ def merge_throughput(old: dict | None, new: dict | None) -> dict:
     workers = dict((old or {}).get("workers") or {})
     workers.update((new or {}).get("workers") or {})
     return {"workers": dict(sorted(workers.items()))}
+
+
+def check_summary(seen: list[dict], dtype, exact: bool) -> dict:
+    """The manifest's `target_check` from the target check lines of finished prompts (sweep and merge alike)."""
+    bad = [r for r in seen if r["disagreements"]]
+    return {
+        "prompts_checked": len(seen),
+        "tokens": sum(r["tokens"] for r in seen),
+        "disagreements": sum(r["disagreements"] for r in seen),
+        "prompts": len(bad),
+        "first": [f"{r['workload']}/{r['prompt_id']}@{r['first']}" for r in bad[:5]],
+        "dtype": dtype,
+        "exact_verify": bool(exact),
+    }
