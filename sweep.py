@@ -12,7 +12,7 @@ one schema-v1 JSON line per block goes to runs/<run>/ (see docs/DESIGN.md, docs/
 
 Drafter kinds: ngram, suffix, draft (path=), medusa (path=), eagle (path=), eagle3 (path=: a
 speculators / EAGLE-3 / SpecForge directory), dflash (path=: z-lab's DFlash), cascade (of=a+b),
-or a plug-in (module.path:Class, or an entry point of group specbandit.drafters): see
+or an installed plug-in (an entry point of group specbandit.drafters; never a module:attr): see
 harness/drafters.py. Models are paths or names under --models / $MACH_MODELS /
 $SPECBANDIT_MODELS. Benchmark workloads for GPU hosts: see workloads.py.
 
@@ -94,15 +94,23 @@ def _kv_list(items: list[str], flag: str) -> dict:
     return out
 
 
-def _load_policy(spec: str):
-    """module.path:Class[:key=value,...] -> Class(**settings)."""
-    from harness.drafters import parse_settings, resolve_class
+POLICY_GROUP = "specbandit.policies"  # plug-in policies: entry points of this group
 
-    parts = spec.split(":", 2)
-    if len(parts) < 2:
-        fail(f"--policy {spec!r}: expected module.path:ClassName[:key=value,...]")
-    cls = resolve_class(f"{parts[0]}:{parts[1]}")
-    pol = cls(**parse_settings(parts[2] if len(parts) > 2 else "", f"--policy {spec}"))
+
+def _load_policy(spec: str):
+    """NAME[:key=value,...] -> the policy: a class of bandit/policies.py by its lower-case name, or an installed
+    plug-in (entry point of POLICY_GROUP); never an arbitrary module:attr named on the command line."""
+    from importlib.metadata import entry_points
+
+    from bandit.policies import ALL
+    from harness.drafters import parse_settings
+
+    name, _, settings = spec.partition(":")
+    known = {c.__name__.lower(): c for c in ALL} | {ep.name: ep for ep in entry_points(group=POLICY_GROUP)}
+    if name not in known:
+        fail(f"--policy {spec!r}: unknown policy {name!r}; known: {', '.join(sorted(known))}")
+    cls = known[name] if isinstance(known[name], type) else known[name].load()
+    pol = cls(**parse_settings(settings, f"--policy {spec}"))
     for m in ("reset", "choose", "update"):
         if not callable(getattr(pol, m, None)):
             fail(f"--policy {spec}: the object has no {m}() method (needs reset, choose, update)")
@@ -159,7 +167,9 @@ def main(
         help="dense: make the target's output by speculative decoding "
         "with this drafter (identical output, fewer target passes)",
     ),
-    policy: Optional[str] = typer.Option(None, help="live: module.path:Class[:k=v] choosing a drafter per block"),
+    policy: Optional[str] = typer.Option(
+        None, help="live: NAME[:k=v] choosing a drafter per block (a policy of bandit/policies.py, e.g. ucbspec)"
+    ),
     calibrate: int = typer.Option(
         0,
         help="prompts per drafter in a short live timing calibration after the sweep "
@@ -168,8 +178,13 @@ def main(
     live_prompts: int = typer.Option(
         0,
         help="live phase after a dense sweep: a seeded sample of N prompts per "
-        "workload decoded for real by every fixed drafter and by best-of-N "
+        "workload decoded for real by the target alone, every fixed drafter, best-of-N and each live policy "
         "(live.jsonl; the embedded default uses 30)",
+    ),
+    live_policies: Optional[str] = typer.Option(
+        None,
+        help="the live phase's policies, comma-separated (default: every one of bandit/livepolicies.py's "
+        "LIVE_POLICIES; an empty string: none)",
     ),
     threads: int = typer.Option(
         0,
@@ -243,6 +258,7 @@ def main(
             policy=policy,
             calibrate=calibrate,
             live_prompts=live_prompts,
+            live_policies=live_policies,
             threads=threads,
             exact_verify=exact_verify,
             runs_root=REPO / "runs" if default else None,
@@ -333,6 +349,7 @@ def run_sweep(
     quiet=False,
     runs_root=None,
     live_prompts=0,
+    live_policies=None,
     exact_verify=False,
     shard=None,
     ray=None,
@@ -340,11 +357,13 @@ def run_sweep(
 ):
     """Validate everything, then run. Returns the run directory. `shard`: "I/N", this process runs that shard's
     prompts into `out`; `ray`: an address ("local": a Ray of this command's own), the campaign runs on Ray
-    workers (harness/raypool.py), `workers` of them (0: one per GPU or CPU slot)."""
+    workers (harness/raypool.py), `workers` of them (0: one per GPU or CPU slot). `live_policies`: the live phase's
+    policies, comma-separated (None: every live policy; "": none)."""
     import torch
     import workloads as wlmod
     from harness import lm
     from harness.drafters import parse_spec
+    from harness import livephase
     from harness.engine import RunConfig
     from harness.rundir import RunDir, find_resumable, make_manifest, preflight
     from harness.worker import Plan, Worker
@@ -369,6 +388,9 @@ def run_sweep(
         raise lm.HarnessError(f"--live-prompts {live_prompts} / --calibrate {calibrate}: must be >= 0")
     if live_prompts and mode != "dense":
         raise lm.HarnessError("--live-prompts: the live phase follows a dense sweep (--mode dense)")
+    if live_policies is not None and not live_prompts:
+        raise lm.HarnessError("--live-policies: applies to the live phase (--live-prompts N)")
+    live_pols = livephase.policy_list(live_policies) if live_prompts else []
     if out is not None:
         preflight(out, resume, sh)
     names_given = [w for w in (workloads or "").split(",") if w.strip()]
@@ -451,10 +473,13 @@ def run_sweep(
             exact_verify=exact_verify,
         )
         prompt_sha = {(wl, pid): _ids_sha(ids) for wl, pid, ids in prompts}
+        kept = livephase.stored_policy_timing(run_dir) if resume else None
+        if kept is not None:  # measured once: a resumed live phase runs the same policies
+            manifest["live"] = {"policy_timing": kept}
         n_shards = runner.shards_for(len(prompts)) if ray else None
         rd = RunDir(run_dir, manifest, resume, settings=settings, prompt_sha=prompt_sha, shard=sh, n_shards=n_shards)
         try:
-            return _sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, sh)
+            return _sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, sh, live_pols)
         finally:
             rd.close()
     finally:
@@ -552,7 +577,7 @@ def _batches(rd, prompts, shard):
     return [(None, [(*p, rd.done.get(key(p))) for p in prompts])]
 
 
-def _sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts=0, shard=None):
+def _sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts=0, shard=None, live_policies=()):
     from tqdm import tqdm
 
     # 4. The sweep.
@@ -583,7 +608,7 @@ def _sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts=0, shard=Non
         rd.workers.setdefault(wid, {"prompts": 0, "records": 0, "seconds": 0.0})["failures"] = n
     if shard is not None:
         return _finish_shard(rd, prompts, runner, live_prompts, say)
-    _after_sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, live_ms, say)
+    _after_sweep(rd, prompts, runner, cfg, calibrate, quiet, (live_prompts, live_policies), live_ms, say)
     rd.manifest["target_check"] = check = target_check(rd, runner.info)
     if check["disagreements"] and not check["exact_verify"]:
         print(
@@ -599,8 +624,9 @@ def _sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts=0, shard=Non
     return rd.dir
 
 
-def _after_sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, live_ms, say) -> None:
-    """5. Timing calibration (after the sweep: the live phase changes drafter state), on one worker."""
+def _after_sweep(rd, prompts, runner, cfg, calibrate, quiet, live, live_ms, say) -> None:
+    """5. Timing calibration (after the sweep: the live phase changes drafter state), on one worker. `live`:
+    (prompts per workload, policies) of the live phase."""
     import statistics
 
     from tqdm import tqdm
@@ -608,7 +634,7 @@ def _after_sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, live_
     from harness import livephase
 
     names, k, info = list(runner.info["drafters"]), cfg.k, runner.info
-    timing, raw = None, None
+    (live_prompts, policies), timing, raw = live, None, None
     if cfg.mode == "live":
         pre = [ids + rd.done[(wl, pid)][: max(1, len(rd.done[(wl, pid)]) // 2)] for wl, pid, ids in prompts[:4]]
         vm, vb = runner.time_verify(pre, k, len(names))
@@ -619,10 +645,10 @@ def _after_sweep(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, live_
         }
     elif live_prompts > 0:
         n_live = len(livephase.sample(prompts, live_prompts, cfg.seed))
-        configs = livephase.configurations(names)
+        configs = livephase.configurations(names, policies)
         say(f"live phase: {n_live} prompts x {len(configs)} configurations ({', '.join(configs)})")
         lbar = tqdm(total=n_live * len(configs), unit="decode", desc="live", disable=quiet, dynamic_ncols=True)
-        summary = livephase.run(rd, runner.live, prompts, names, cfg, live_prompts, lbar.update)
+        summary = livephase.run(rd, runner, prompts, names, cfg, live_prompts, lbar.update, policies)
         lbar.close()
         livephase.warn(summary, cfg.temperature, info["dtype"], info["exact"])
         timing = livephase.timing(rd, runner.time_verify, prompts, k, len(names))

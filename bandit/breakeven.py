@@ -1,6 +1,11 @@
-"""From the token proxy to wall clock: the cost model of docs/DESIGN.md and its break-even condition.
+"""From the token proxy to wall clock: the verdicts of re-drafting under the cost model of docs/DESIGN.md.
 
-Costs are in units of one target verification pass. The primary alone pays `c0 = 1 + rho_p` per
+Where the run has a live phase (bandit/primary.py attaches it), the primary is the fastest fixed
+drafter measured live, and every verdict (best-of-N, each single alternative re-drafted at every
+block, the LOWO selector) prices the block set's passes, verified tokens and drafter calls with the
+timing model fitted on the live phase (bandit/timingmodel.py), beside each alternative's break-even
+call time; the rho/alpha model below stays as the what-if, its error against the live phase printed.
+The rho/alpha model: costs are in units of one target verification pass. The primary alone pays `c0 = 1 + rho_p` per
 block; re-drafting a fraction R of blocks with alternatives A pays
 `c = 1 + rho_p + R * (sum_{d in A} rho_d + alpha(|A|))`, where alpha(K) is the extra target cost of
 verifying the primary's and K alternatives' drafts together: the manifest's union-verify time of
@@ -33,11 +38,14 @@ import typer
 from bandit import livelog, progress, selector, trajectory, wallclock
 from bandit.bootstrap import boot_totals, interval, no_variation
 from bandit.costmodel import Costs, breakeven_regime, breakeven_rho, costs_for, engine_costs, speedup_equal, whatif
+from bandit.costmodel import read_engine_timing
 from bandit.errors import InputError
-from bandit.logs import default_inputs, load_logs, output_path
+from bandit.logs import default_inputs, load_logs, output_path, run_dir
+from bandit.primary import attach, model_check_lines, primary_lines
+from bandit.timingmodel import LABEL as TIMING_LABEL
+from bandit.timingmodel import TimingModel
 
-TABLE_RHOS = (0.02, 0.05, 0.10, 0.15, 0.20)
-PLOT_ALPHAS = (0.0, 0.25)
+from bandit.costmodel import TABLE_RHOS
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,11 @@ class BreakevenReport:
     live: dict | None = None  # the live phase's best-of-N entry (bandit/wallclock.py), if the run has one
     engine: Costs | None = None  # costs measured inside a production engine (--engine-timing), if given
     n_workloads: int = 0
+    primary_rule: str = ""  # how the primary was chosen (trajectory.rule_name)
+    timing: TimingModel | None = None  # the live phase's timing model: the verdicts' cost model where given
+    timed: dict = dataclasses.field(default_factory=dict)  # under it: best_of_n, each alternative, break-even ms
+    notes: tuple[str, ...] = ()  # the primary's lines (bandit/primary.py), where a live phase chose it
+    checks: tuple[str, ...] = ()  # the cost models' errors against the live phase
 
     @property
     def K(self) -> int:
@@ -99,49 +112,67 @@ class BreakevenReport:
 
 
 def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int = 0) -> BreakevenReport:
-    """Best-of-N and single-alternative gains with the primary and its block set re-chosen in every resample
-    (per-prompt totals for every candidate primary, as bandit/replay.py does), and the LOWO selector's entries."""
+    """Best-of-N and single-alternative gains, and their speedups under the live phase's timing model where the
+    table carries one, with the primary and its block set re-chosen in every resample by the table's rule (per-prompt
+    totals for every candidate primary, as bandit/replay.py does); and the LOWO selector's entries."""
     costs = costs_for(t.drafters, t.manifests[0] if t.manifests else None)
+    model = t.timing_model
     D, P = len(t.drafters), t.n_prompts
     strata = np.zeros(P, np.int64)
     strata[t.prompt] = t.workload
-    # per prompt and candidate primary q: [tokens of q alone, gain of best-of-N, gain of re-drafting with each d]
-    per_q = np.zeros((P, D, D + 2))
+    # per prompt and candidate primary q: [tokens of q alone, gain of best-of-N, gain of re-drafting with each d];
+    # under a timing model also [blocks, ms of q alone (prefill apart), ms best-of-N adds, ms each d adds]
+    per_q, ms_q = np.zeros((P, D, D + 2)), np.zeros((P, D, D + 3))
     starts = trajectory.fixed_starts(t) if t.dense else None
     for q in range(D):
         rows = starts[:, q] if t.dense else t.is_block_start
         tau = trajectory.block_tokens(t, rows).astype(float)
         cols = np.c_[tau[:, q], tau.max(1) - tau[:, q], np.maximum(tau, tau[:, [q]]) - tau[:, [q]]]
         np.add.at(per_q[:, q], t.prompt[rows], cols)
-    # how the primary is chosen: fewest passes along its own trajectory (dense), highest accepted (sparse)
-    key = (
-        -trajectory.fixed_passes(t, starts).astype(float)
-        if t.dense
-        else np.stack(
-            [np.bincount(t.prompt[t.is_block_start], t.accepted[t.is_block_start, d], minlength=P) for d in range(D)], 1
-        ).astype(float)
-    )
-    totals = np.c_[per_q.reshape(P, -1), key]
+        if model is not None:
+            n, L = tau.shape[0], t.draft_len[rows].astype(float)
+            base, bon = model.row_costs(q, [j for j in range(D) if j != q], n, L)
+            one = [model.row_costs(q, [d] if d != q else [], n, L)[1] for d in range(D)]
+            np.add.at(ms_q[:, q], t.prompt[rows], np.column_stack([np.ones(n), base, bon, *one]))
+    key = trajectory.proxy_key(t, starts)  # the token proxy; the live sums decide where the table has them
+    live = np.c_[t.live_tokens, t.live_ms] if t.live_tokens is not None else np.zeros((P, 2 * D))
+    pre = t.prefill_ms if t.prefill_ms is not None else np.zeros(P)
+    totals = np.c_[per_q.reshape(P, -1), ms_q.reshape(P, -1), key, live, pre]
+    o_ms, o_key = D * (D + 2), D * (D + 2) + D * (D + 3)
+    calls = model.call_ms if model is not None else np.zeros(D)
 
     def stat(T: np.ndarray) -> np.ndarray:
-        n = len(T)
-        p = np.argmax(T[:, D * (D + 2) :], 1)
-        q = T[:, : D * (D + 2)].reshape(n, D, D + 2)[np.arange(n), p]  # (n, D + 2) on p's block set
-        return q[:, 1:] / q[:, :1]  # (n, D + 1) gains
+        n, ix = len(T), np.arange(len(T))
+        L = T[:, o_key + D : o_key + 3 * D]
+        p = trajectory.choose_primary(
+            T[:, o_key : o_key + D], *((L[:, :D], L[:, D:]) if t.live_tokens is not None else (None, None))
+        )
+        q = T[:, :o_ms].reshape(n, D, D + 2)[ix, p]  # (n, D + 2) on p's block set
+        m = T[:, o_ms:o_key].reshape(n, D, D + 3)[ix, p]  # (n, D + 3)
+        tok0, gains = q[:, :1], q[:, 1:]
+        blocks, ms0 = m[:, :1], m[:, 1:2] + T[:, -1:]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sp = (tok0 + gains) / (ms0 + m[:, 2:]) * ms0 / tok0  # (n, D + 1): best-of-N, then each d
+            # the call time at which always re-drafting with d breaks even: speedup 1 solved for c_d
+            be = ((tok0 + gains[:, 1:]) * ms0 / tok0 - ms0 - (m[:, 3:] - blocks * calls)) / blocks
+            return np.c_[gains / tok0, sp, be]
 
     value, boot, _ = boot_totals(totals, stat, strata, n_resamples, seed, jackknife=False)
-    p = trajectory.primary(t)
-
+    p = trajectory.primary(t, starts)
     flat = no_variation(t)
 
-    def band(i: int) -> Band:
+    def band(i: int, label: str) -> Band:
         iv = interval(value[i], boot[:, i], None, "percentile", "prompt", seed)
         if flat:  # every resample is the data: no interval, and saying so beats a zero-width one
-            return Band(iv.value, float("nan"), float("nan"), t.label)
-        return Band(iv.value, iv.lo, iv.hi, t.label)
+            return Band(iv.value, float("nan"), float("nan"), label)
+        return Band(iv.value, iv.lo, iv.hi, label)
 
-    bon = band(0)
-    single = {d: band(1 + j) for j, d in enumerate(t.drafters) if j != p}
+    others = [(j, d) for j, d in enumerate(t.drafters) if j != p]
+    timed = {}
+    if model is not None:
+        timed = {"best_of_n": band(D + 1, "MODEL")}
+        timed |= {d: band(D + 2 + j, "MODEL") for j, d in others}
+        timed |= {f"breakeven_call_ms[{d}]": band(2 * D + 2 + j, "MODEL") for j, d in others}
     sel = {}
     if len(t.workloads) >= 2 and D >= 2:
         ents = {e.name: e for e in selector.selector_entries(t, "prompt", n_refit, seed, "percentile")}
@@ -159,12 +190,17 @@ def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int 
         primary=t.drafters[p],
         drafters=t.drafters,
         costs=costs,
-        bon_gain=bon,
-        single_gain=single,
+        bon_gain=band(0, t.label),
+        single_gain={d: band(1 + j, t.label) for j, d in others},
         selector=sel,
         ci_how=how,
         sources=t.sources,
         n_workloads=len(t.workloads),
+        primary_rule=trajectory.rule_name(t),
+        timing=model,
+        timed=timed,
+        notes=tuple(primary_lines(t, n_resamples, seed) if t.live_tokens is not None else ()),
+        checks=tuple(model_check_lines(t)),
     )
 
 
@@ -187,67 +223,114 @@ def engine_lines(r: BreakevenReport) -> list[str]:
     return out
 
 
-def render(r: BreakevenReport) -> str:
-    tag = "unlabelled" if r.label == "UNLABELLED" else r.label
-    c = r.costs
-    p = r.drafters.index(r.primary)
-    lines = [
-        "# break-even of re-drafting (cost model of docs/DESIGN.md)",
-        "inputs: " + ", ".join(f"{s.path} sha256:{s.sha256[:12]}" for s in r.sources),
-        f"block set: {r.block_set}; primary {r.primary}; CIs: {r.ci_how}",
-        c.describe() + (f" [{tag}]" if c.source == "measured" else " [what-if]"),
-        "",
+def _verdict(b: Band) -> str:
+    how = "faster than" if b.lo > 1 else "slower than" if b.hi < 1 else "not distinguishable from"
+    return f"{how} the primary alone"
+
+
+def _live_line(r: BreakevenReport) -> list[str]:
+    if r.live and "unavailable" in r.live:
+        return [f"best-of-N decoded live: not evaluated ({r.live['unavailable']})"]
+    sp = (r.live or {}).get("speedup_over_primary")
+    if sp is None:
+        return []
+    lo, hi = sp["measured_ci"]
+    verdict = "faster than" if lo > 1 else "slower than" if hi < 1 else "not distinguishable from"
+    pred = "n/a" if sp["predicted"] is None or not math.isfinite(sp["predicted"]) else f"{sp['predicted']:.3f}"
+    return [
+        f"best-of-N decoded live ({r.live['n_prompts']} prompts of the live phase, against "
+        f"{sp['primary']} on the same prompts): speedup {sp['measured']:.3f} [{lo:.3f}, {hi:.3f}] "
+        f"[MEASURED]: {verdict} the primary alone (timing model's prediction along best-of-N's own trajectory "
+        f"{pred}; bandit/wallclock.py)"
     ]
+
+
+def _selector_lines(r: BreakevenReport, model: str) -> list[str]:
+    if not r.selector:
+        return [
+            "LOWO selector: undefined: it is evaluated leave-one-workload-out between drafters, and these "
+            f"logs have {r.n_workloads} workload(s) and {len(r.drafters)} drafter(s) (it needs 2 of each)"
+        ]
+    s = r.selector
+    sp = s["selector_speedup"]
+    return [
+        f"LOWO selector (primary by its rule, alternatives and threshold chosen inside each fold by {model}): "
+        f"token gain {s['selector_token_gain'].fmt(pct=True)}, redraft rate "
+        f"{s['selector_redraft_rate'].fmt()}, speedup {sp.fmt()}: {_verdict(sp)} [MODEL]"
+    ]
+
+
+def _timing_lines(r: BreakevenReport) -> list[str]:
+    """The verdicts under the live phase's timing model: every block priced by its passes, verified tokens and
+    drafter calls, summed over the block set (prefill included), against the primary alone on the same blocks."""
+    m, K = r.timing, r.K
+    out = [
+        f"## under the timing model fitted on the live phase [{TIMING_LABEL}]: speedup over the primary alone",
+        "every speedup in this section comes from the timing model fitted on the live phase (bandit/timingmodel.py), "
+        "applied to the logs' blocks; it is the cost model of these verdicts",
+        m.describe(),
+        f"best-of-N ({K} alternatives, R = 1, one forward verifying all {K + 1} drafts): token gain "
+        f"{r.bon_gain.fmt(pct=True)}; speedup {r.timed['best_of_n'].fmt()}: {_verdict(r.timed['best_of_n'])}",
+        *_live_line(r),
+    ]
+    for d, g in r.single_gain.items():
+        j = r.drafters.index(d)
+        sp, be = r.timed[d], r.timed[f"breakeven_call_ms[{d}]"]
+        out.append(
+            f"always re-draft with {d} (R = 1): token gain {g.fmt(pct=True)}; speedup {sp.fmt()}: {_verdict(sp)}; "
+            f"break-even call time (ms) {be.fmt(nd=3)} (measured {m.call_ms[j]:.3f} ms)"
+        )
+    return out + _selector_lines(r, "the timing model") + (["", *r.checks] if r.checks else [])
+
+
+def _rho_alpha_lines(r: BreakevenReport, tag: str, what_if_only: bool) -> list[str]:
+    c, K = r.costs, r.K
+    p = r.drafters.index(r.primary)
     src = "measured costs" if c.source == "measured" else "what-if costs"
-    lines.append(f"## under the {src}: speedup over the primary alone, and the alpha charged")
-    K = r.K
-    lines.append(
+    head = (
+        "## the rho/alpha cost model (the what-if for users without timings; its error against the live phase is "
+        "above): speedup over the primary alone, and the alpha charged [MODEL]"
+        if what_if_only
+        else f"## under the {src}: speedup over the primary alone, and the alpha charged"
+    )
+    out = [head, c.describe() + (f" [{tag}]" if c.source == "measured" else " [what-if]")]
+    out.append(
         f"best-of-N ({K} alternatives, R = 1): token gain {r.bon_gain.fmt(pct=True)}; union verification of "
         f"{K + 1} drafts alpha {c.alpha(K):.3f}: speedup {r.bon_speedup().fmt()}"
     )
-    if r.live and "unavailable" in r.live:
-        lines.append(f"best-of-N decoded live: not evaluated ({r.live['unavailable']})")
-    sp = (r.live or {}).get("speedup_over_primary")
-    if sp is not None:
-        lo, hi = sp["measured_ci"]
-        verdict = "faster than" if lo > 1 else "slower than" if hi < 1 else "not distinguishable from"
-        pred = "n/a" if sp["predicted"] is None or not math.isfinite(sp["predicted"]) else f"{sp['predicted']:.3f}"
-        lines.append(
-            f"best-of-N decoded live ({r.live['n_prompts']} prompts of the live phase, against "
-            f"{sp['primary']} on the same prompts): speedup {sp['measured']:.3f} [{lo:.3f}, {hi:.3f}] "
-            f"[MEASURED]: {verdict} the primary alone (timing model's prediction {pred}; "
-            "bandit/wallclock.py)"
-        )
+    if not what_if_only:
+        out += _live_line(r)
     for d, g in r.single_gain.items():
         j = r.drafters.index(d)
         f = lambda x: c.speedup(p, [j], 1.0, x)
         band = Band(float(f(g.value)), float(f(g.lo)), float(f(g.hi)), "MODEL")
-        lines.append(
+        out.append(
             f"always re-draft with {d} (R = 1): token gain {g.fmt(pct=True)}; alpha {c.alpha(1):.3f}, "
             f"rho {c.rho[j]:.3f}: speedup {band.fmt()}"
         )
-    if not r.selector:
-        lines.append(
-            "LOWO selector: undefined: it is evaluated leave-one-workload-out between drafters, and these "
-            f"logs have {r.n_workloads} workload(s) and {len(r.drafters)} drafter(s) (it needs 2 of each)"
-        )
-    if r.selector:
-        s = r.selector
-        sp = s["selector_speedup"]
-        verdict = (
-            "faster than the primary alone"
-            if sp.lo > 1
-            else "slower than the primary alone"
-            if sp.hi < 1
-            else "not distinguishable from the primary alone"
-        )
-        lines.append(
-            f"LOWO selector (primary, alternatives and threshold chosen inside each fold by this cost model): "
-            f"token gain {s['selector_token_gain'].fmt(pct=True)}, redraft rate "
-            f"{s['selector_redraft_rate'].fmt()}, speedup {sp.fmt()}: {verdict} [MODEL]"
-        )
+    if what_if_only:
+        return out + ["(the selector's operating point is fitted under the timing model above, not refitted here)"]
+    return out + _selector_lines(r, "this cost model")
+
+
+def render(r: BreakevenReport) -> str:
+    tag = "unlabelled" if r.label == "UNLABELLED" else r.label
+    c, K = r.costs, r.K
+    timed = r.timing is not None
+    lines = [
+        "# break-even of re-drafting (cost model of docs/DESIGN.md: "
+        + ("the timing model fitted on the live phase)" if timed else "rho/alpha)"),
+        "inputs: " + ", ".join(f"{s.path} sha256:{s.sha256[:12]}" for s in r.sources),
+        f"block set: {r.block_set}; primary {r.primary} (the {r.primary_rule}); CIs: {r.ci_how}",
+        *r.notes,
+        "",
+    ]
+    if timed:
+        lines += [*_timing_lines(r), ""]
+    lines += _rho_alpha_lines(r, tag, timed)
     if r.engine is not None:
         lines += ["", *engine_lines(r)]
+    src = "measured costs" if c.source == "measured" else "what-if costs"
     lines += [
         "",
         "## what-if: every drafter at the same rho (speedup of best-of-N over the primary alone) [MODEL]",
@@ -264,7 +347,13 @@ def render(r: BreakevenReport) -> str:
             f"best-of-N break-even rho at alpha 0: {roots[0]:.4f} [{roots[1]:.4f}, {roots[2]:.4f}] [MODEL] "
             "(it wins while every drafter costs less than this fraction of a verify pass)"
         )
-    if c.source != "measured":
+    if timed:
+        lines.append(
+            f"the speedups labelled [MODEL] are models applied to the logs' token gains [{tag}]: the verdicts "
+            f"use the timing model fitted on the live phase [{TIMING_LABEL}], the rho/alpha lines are the "
+            "what-if; only a configuration decoded in the live phase has a measured speedup."
+        )
+    elif c.source != "measured":
         lines.append(f"{c.why}: the costs above are the what-if of docs/DESIGN.md; no wall-clock speedup is claimed.")
     else:
         lines.append(
@@ -335,8 +424,9 @@ def cli(
 
     What-if mode (--gain G --redraft R [--alternatives K --rho a,b --alpha A] [--json]): prints speedup per rho and
     the break-even rho (null: no break-even on rho >= 0). Otherwise reads PATHS (default: the default campaign under
-    runs/): best-of-N, each single alternative and the LOWO selector under the manifest's measured costs (else the
-    what-if), and an equal-rho table; with --out (or for the default campaign) writes the report and a plot.
+    runs/): best-of-N, each single alternative and the LOWO selector over the primary (the fastest fixed drafter
+    measured live where the run has a live phase), under the timing model fitted on the live phase (else the
+    manifest's rho/alpha costs, else the what-if), the rho/alpha model's error beside it, and an equal-rho table; with --out (or for the default campaign) writes the report and a plot.
     --engine-timing FILE adds best-of-N and each alternative under a production engine's measured costs.
     """
     progress.quiet(quiet)
@@ -374,16 +464,6 @@ def _live_entry(t, seed: int) -> dict | None:
     return next((e for e in res.entries if e["config"] == "best_of_n"), None)
 
 
-def read_engine_timing(path: Path) -> dict:
-    try:
-        obj = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
-    if not isinstance(obj, dict):
-        raise InputError(f"{path}: expected a JSON object (a timing file in the manifest's form)")
-    return obj
-
-
 def main(
     paths: Sequence[Path] = (),
     out: Path | None = None,
@@ -396,7 +476,7 @@ def main(
     if not paths:
         paths, said = default_inputs()
     out = output_path(paths, "breakeven.txt", out)
-    t = load_logs(paths)
+    t = attach(load_logs(paths), run_dir(paths))
     r = report_from_table(t, n_resamples, n_refit, seed)
     r = dataclasses.replace(r, live=_live_entry(t, seed))
     if engine_timing is not None:

@@ -6,7 +6,10 @@ the leave-one-workload-out selector of bandit/selector.py (frontier areas and it
 point), each with its interval from bandit/bootstrap.py. Every data-dependent choice is remade
 inside every resample: the primary and its block set, and for the selector its model fit, its
 alternatives and its threshold. Refit statistics use `n_refit` resamples (default N_REFIT,
-recorded as the entry's `n_resamples`), the first `n_refit` of the same stream.
+recorded as the entry's `n_resamples`), the first `n_refit` of the same stream. Where the run has a
+live phase, the live verdicts of bandit/verdicts.py (`live_tokens_per_s`, `live_speedup_over_plain`,
+`live_speedup_over_fastest_fixed`, `choosing_pays`: measured, per workload and pooled) come too, and the
+printed report opens with their one table; where it has none, one line says so.
 
     python bandit/ci.py                          # the default campaign under runs/ -> runs/<run>/ci.json
     specbandit ci PATHS --out F --resamples N --seed S --unit prompt|block --method percentile|bca
@@ -26,7 +29,7 @@ from typing import Annotated, Optional, Sequence
 
 import typer
 
-from bandit import progress, selector, trajectory
+from bandit import progress, selector, trajectory, verdicts
 from bandit.bootstrap import (
     LEVEL,
     METHODS,
@@ -38,7 +41,8 @@ from bandit.bootstrap import (
     fmt_ci,
     no_variation,
 )
-from bandit.logs import default_inputs, load_logs, output_path
+from bandit.logs import default_inputs, load_logs, output_path, run_dir
+from bandit.primary import attach
 from bandit.replay import table_stats
 from bandit.schema import code_version
 from bandit.table import BlockTable
@@ -79,6 +83,8 @@ def headline(
         ]
     flat = no_variation(t, unit)
     entries = [degenerate(e, flat) for e in entries]
+    # the live phase's verdicts: always over prompt clusters (a decode is a whole prompt), same seed and resamples
+    entries += verdicts.run_entries(t, n_resamples, seed, method)
     return sorted(entries, key=lambda e: e.name)
 
 
@@ -162,7 +168,8 @@ def main(
         paths, said = default_inputs()
         said = f"read: {said}"
     out = output_path(paths, "ci.json", out)
-    t = load_logs(paths)
+    # the run's live phase on the table: the primary is then the fastest fixed drafter measured live (bandit/primary.py)
+    t = attach(load_logs(paths), run_dir(paths))
     entries = headline(t, unit, method, n_resamples, seed, n_refit)
     tail = "not written (several runs pooled: pass --out FILE to write ci.json)\n"
     if out is not None:
@@ -170,7 +177,14 @@ def main(
         tail = f"wrote {out}\n"
     cov = out.parent / "coverage.json" if out is not None else None
     warns = "".join(w + "\n" for w in coverage_warnings(entries, cov)) if cov is not None else ""
-    return f"{said}\n{t.summary()}\n" + render(entries) + warns + tail
+    return f"{said}\n{t.summary()}\n" + live_report(t, entries) + render(entries) + warns + tail
+
+
+def live_report(t: BlockTable, entries: Sequence[Entry]) -> str:
+    """The report's opening: the live verdicts' one table and their full tables, and a line on what is absent."""
+    by = {e.name: e.to_json([], "") for e in entries if isinstance(e, verdicts.LiveEntry)}
+    text = "\n\n".join(x for x in (verdicts.report(by), verdicts.note(t, by)) if x)
+    return text + f"\n\nthe primary: {t.drafters[trajectory.primary(t)]}, {trajectory.rule_name(t)}\nEvery entry:\n"
 
 
 def cli(
@@ -192,11 +206,13 @@ def cli(
     """Every headline number with a 95% bootstrap CI -> OUT (ci.json) and a table on stdout.
 
     Block sets: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts (the
-    primary: most output tokens per target pass along its own trajectory), re-chosen in every resample.
+    primary: the fixed drafter fastest measured live where the run has a live phase, else most output tokens per
+    target pass along its own trajectory), re-chosen in every resample. With a live phase the report opens with the
+    live verdicts (bandit/verdicts.py): does choosing pay, measured?
     Trajectories are counted in tokens per target pass (nothing past an output's end). PATHS: logs (default: the default campaign under runs/). --unit prompt (clusters, default) or block;
     --method percentile (default) or bca; --refit-resamples: resamples of the nested selector refits
-    (at most --resamples). The selector's operating point is chosen inside every fold by the cost model's speedup
-    (measured costs from the manifest's timing, else the documented what-if).
+    (at most --resamples). The selector's operating point is chosen inside every fold by the modelled speedup
+    (the timing model fitted on the live phase where there is one, else the rho/alpha cost model).
     """
     progress.quiet(quiet)
     if unit not in UNITS or method not in METHODS:

@@ -7,10 +7,9 @@ to the exact path (bandit/records.py), so that an error is always the exact path
 Parquet file holds one log's validated columns, records in file order (`table_of`): `workload`,
 `prompt_id`, `pos`, `block` (-1: none), `target_ms` (NaN: none), in a cache `line`, and per
 drafter NAME `drafts.NAME.accepted`, `.draft_len` (int32), `.expected_accepted`, `.ms` (NaN: none)
-and the FEATURES (float64). `ParquetPart` reads one and checks every value. (3) The cache: the
-first load of a log writes such a file beside it (`.<log name>.<sha256[:16]>.parquet`) or, where
-its directory is not writable, as `<sha256>.parquet` in $SPECBANDIT_CACHE (default
-~/.cache/specbandit; `off` disables the cache); later loads of the same bytes read that instead.
+and the FEATURES (float64). `ParquetPart` reads one and checks every value. (3) A cached copy of a
+log is such a file too (bandit/logcache.py writes and finds it); `ParquetPart(cache_of=log)` checks
+it against the log's sha256, the schema and the digest of its own content (`content_digest`).
 
 Columns become numpy arrays by their buffers, never through pandas (pyarrow imports it for
 `to_numpy` and `pa.array`).
@@ -18,10 +17,9 @@ Columns become numpy arrays by their buffers, never through pandas (pyarrow impo
 
 from __future__ import annotations
 
-import errno
+import hashlib
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -30,13 +28,13 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from bandit.safeio import write_file
 from bandit.records import COLUMNS, Columns, Keys, LogError, Text, file_sha256
 from bandit.schema import FEATURES, SCHEMA_VERSION, features
 
 CHUNK = 1 << 24  # decompressed bytes parsed by one read_json call
 BLOCK = 1 << 20  # pyarrow's block: the unit its threads parse in parallel; a longer line goes the exact path
 FORMAT = "specbandit-blocks-1"  # the Parquet layout; a cache of another layout is not read
-CACHE_MIN_RECORDS = 1000  # smaller logs parse faster than a Parquet file opens: not cached
 ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, pa.ArrowCapacityError)
 DRAFT_COLUMNS = (("accepted", pa.int32()), ("draft_len", pa.int32()), ("expected_accepted", pa.float64()))
 DRAFT_COLUMNS += (("ms", pa.float64()),) + tuple((f, pa.float64()) for f in FEATURES)
@@ -50,7 +48,8 @@ class Unfit(Exception):
 
 
 class StaleCache(Exception):
-    """A cached copy failed its checks: the load must read the log itself (args[0])."""
+    """A cached copy failed its checks: the load must read the log itself (args[0]); args[1], where given: why,
+    said in a note (a copy of an older layout or another log is routine, a copy edited in place is not)."""
 
 
 # ---------------------------------------------------------------- arrays from pyarrow, with plain numpy
@@ -237,10 +236,29 @@ def table_of(cols: Columns, meta: dict[str, str], with_line: bool) -> pa.Table:
         vals = [cols.accepted[:, j], cols.draft_len[:, j], cols.expected_accepted[:, j], cols.ms[:, j]]
         for (k, typ), v in zip(DRAFT_COLUMNS, vals + list(cols.features[:, j].T)):
             arrays[f"drafts.{d}.{k}"] = _arrow(v, typ)
-    return pa.Table.from_arrays(list(arrays.values()), names=list(arrays), metadata=_meta(meta))  # pa.table: pandas
+    return pa.Table.from_arrays(
+        list(arrays.values()), names=list(arrays), metadata=file_metadata(meta)
+    )  # pa.table: pandas
 
 
-def _meta(meta: dict[str, str]) -> dict[bytes, bytes]:
+def content_digest(table: pa.Table) -> str:
+    """sha256 of a table's columns in a canonical form (names decoded from dictionaries, one chunk, Arrow IPC),
+    metadata aside: what a cached copy carries of itself and is checked against on every load."""
+    cols = [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c for c in table.columns]
+    canon = pa.Table.from_arrays(cols, names=table.column_names).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, canon.schema) as w:
+        w.write_table(canon)
+    return hashlib.sha256(sink.getvalue()).hexdigest()
+
+
+def native(path: Path) -> pa.NativeFile:
+    """The file opened by its bytes (os.fsencode): pyarrow's own path handling cannot take a name with a byte
+    that is not UTF-8 (a surrogate escape), which a run directory may hold."""
+    return pa.memory_map(os.fsencode(path))
+
+
+def file_metadata(meta: dict[str, str]) -> dict[bytes, bytes]:
     return {k.encode(): v.encode() for k, v in {"specbandit.format": FORMAT, **meta}.items()}
 
 
@@ -249,32 +267,7 @@ def block_table(part: Keys, meta: dict[str, str]) -> pa.Table:
     or copied from its cache."""
     if isinstance(part, Columns):
         return table_of(part, meta, with_line=False)
-    return pq.read_table(part.file).drop_columns(["line"]).replace_schema_metadata(_meta(meta))
-
-
-def write_file(path: Path, write: Callable, replace_different: bool = True) -> bool:
-    """Write a file atomically (a new temp file beside it, then os.replace), never through a symlink.
-
-    `write(f)` writes the content to the binary file f. With `replace_different=False` an existing
-    file of other content is kept and FileExistsError raised. Returns False when `path` already held
-    the same content. OSError (read-only directory, disk full) propagates, the temp file removed.
-    """
-    if path.is_symlink():
-        raise FileExistsError(errno.EEXIST, "a symlink stands there: not written through", str(path))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        if path.exists() and not replace_different:
-            if path.read_bytes() == tmp.read_bytes():
-                return False
-            raise FileExistsError(errno.EEXIST, "exists with other content", str(path))
-        os.replace(tmp, path)  # a symlink put there meanwhile is replaced itself, never written through
-        return True
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+    return pq.read_table(native(part.file)).drop_columns(["line"]).replace_schema_metadata(file_metadata(meta))
 
 
 def write_parquet(path: Path, table: pa.Table, replace_different: bool = True) -> bool:
@@ -301,14 +294,24 @@ class ParquetPart(Keys):
         self.drafters = self._layout()
         self.pf = self._open(["workload", "prompt_id"])  # names as dictionaries: no string per row
         ours = meta.get("specbandit.format") == FORMAT and meta.get("specbandit.sha256") == sha256
+        ours = ours and meta.get("specbandit.schema") == str(SCHEMA_VERSION)
         if cache_of is not None and not (ours and self.line is not None):
             raise StaleCache(str(cache_of))
+        if cache_of is not None and meta.get("specbandit.digest") != self._digest():
+            raise StaleCache(str(cache_of), "its content differs from the digest it was written with")
         self.sha256 = sha256 if cache_of is not None else file_sha256(self.file)
         self._keys()
 
+    def _digest(self) -> str:
+        """The digest of the file's columns as read now (a cache edited in place keeps its name and metadata)."""
+        try:
+            return content_digest(pq.read_table(native(self.file)))
+        except (OSError, *ARROW_ERRORS):
+            return ""
+
     def _open(self, dictionaries: list[str] | None = None) -> pq.ParquetFile:
         try:
-            return pq.ParquetFile(self.file, read_dictionary=dictionaries)
+            return pq.ParquetFile(native(self.file), read_dictionary=dictionaries)
         except (OSError, *ARROW_ERRORS) as e:
             raise self._bad(-1, "file", f"not a readable Parquet file ({e})") from None
 
@@ -428,64 +431,3 @@ class ParquetPart(Keys):
         self._check((x < 0) | (x > hi), name, lambda i: f"{x[i]} outside [0.0, {hi}]")
         self._check((L == 0) & (x != 0), name, lambda i: f"an empty draft's features are 0, got {x[i]}")
         return x
-
-
-# ---------------------------------------------------------------- the cache
-
-
-def cache_dir() -> Path | None:
-    """Where caches go when a log's own directory is not writable; None: caching is off."""
-    env = os.environ.get("SPECBANDIT_CACHE", "")
-    if env == "off":
-        return None
-    return Path(env) if env else Path.home() / ".cache" / "specbandit"
-
-
-def cache_paths(log: Path, sha256: str) -> list[Path]:
-    """The places of a log's cached copy, in the order tried: beside the log, then in the cache directory."""
-    d = cache_dir()
-    return [] if d is None else [log.parent / f".{log.name}.{sha256[:16]}.parquet", d / f"{sha256}.parquet"]
-
-
-def cached(log: Path, sha256: str) -> ParquetPart | None:
-    """The log's cached columns (file `sha256`), if a valid copy exists (a symlink is not read)."""
-    for p in cache_paths(log, sha256):
-        if p.is_file() and not p.is_symlink():
-            try:
-                return ParquetPart(p, cache_of=log, sha256=sha256)
-            except StaleCache:
-                continue
-    return None
-
-
-def write_cache(cols: Columns) -> Path | None:
-    """Write the cached copy of a validated log; where, or None (not cacheable, or no place would take it)."""
-    if not cols.uniform or cols.n < CACHE_MIN_RECORDS:
-        return None
-    try:
-        table = table_of(cols, {"specbandit.sha256": cols.sha256}, with_line=True)
-    except UnicodeEncodeError:  # a name with a lone surrogate: the load refuses it anyway
-        return None
-    log = Path(cols.path)
-    for p in cache_paths(log, cols.sha256):
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            write_parquet(p, table)
-        except OSError:  # read-only, disk full, a symlink in the way: try the next place, else skip the cache
-            continue
-        if p.parent == log.parent:
-            _remove_older(log, p)
-        return p
-    return None
-
-
-def _remove_older(log: Path, keep: Path) -> None:
-    """Delete the cached copies of earlier contents of this log beside it (plain files only)."""
-    head = f".{log.name}."
-    for q in log.parent.iterdir():
-        ours = q.name.startswith(head) and q.name.endswith(".parquet") and len(q.name) == len(head) + 24
-        if ours and q != keep and not q.is_symlink():
-            try:
-                q.unlink()
-            except OSError:
-                pass

@@ -46,8 +46,9 @@ from bandit.evaluate import (
 )
 from bandit.multiseq import multi_sequence_replay
 from bandit.falsify import REPLICATES, falsify
-from bandit.logs import default_inputs, load_logs, output_path
+from bandit.logs import default_inputs, load_logs, output_path, run_dir
 from bandit.policies import Hedge, SpecSelect
+from bandit.primary import attach, detach
 from bandit.schema import code_version
 from bandit.table import BlockTable
 from bandit.walk import run_timing
@@ -56,11 +57,13 @@ ORDER_SEEDS = 20  # seeded prompt orders for the Hedge regret slope's order-seed
 
 
 def _load(paths: Sequence[Path] | None) -> tuple[BlockTable, str]:
+    """The logs with their run's live phase attached (bandit/primary.py: the primary by measured speed, the
+    timing model of the tok/s [MODEL] column)."""
     if paths:
-        t = load_logs(paths)
+        t = attach(load_logs(paths), run_dir(paths))
         return t, f"{tag(t.label)} logs {', '.join(str(p) for p in paths)}"
     files, said = default_inputs()
-    return load_logs(files), said
+    return attach(load_logs(files), run_dir(files)), said
 
 
 def cli(
@@ -130,7 +133,8 @@ def multi_sequence_lines(
         out.append(
             f"[MODEL] {n} sequence(s) per step from the {g} logs ({blocks}; timing from the manifest; tokens "
             f"counted to each output's end), tokens/s, 95% CI over prompt clusters: spec_select "
-            f"{num_text(iv[0], '.1f')}, all on {t.drafters[p]} (the primary) {num_text(iv[1], '.1f')}, ratio "
+            f"{num_text(iv[0], '.1f')}, all on {t.drafters[p]} (the primary: the {trajectory.rule_name(t)}) "
+            f"{num_text(iv[1], '.1f')}, ratio "
             f"{num_text(iv[2], '.3f')}x; share of prompts slower than all on {t.drafters[p]} (their own tokens/s): "
             f"{pct_text(iv[3]).replace('+', '')} (the 10% rule binds expected rates at each step, not realised ones)"
         )
@@ -196,8 +200,8 @@ def main(
             print(s)
     if t.dense:
         print(
-            falsify(
-                t, seeds=seeds, n_resamples=n_resamples, seed=seed, replicates=replicates, progress=progress
+            falsify(  # the simulated campaigns have no live phase: the logs' primary by the same token proxy
+                detach(t), seeds=seeds, n_resamples=n_resamples, seed=seed, replicates=replicates, progress=progress
             ).summary()
         )
     else:

@@ -19,8 +19,10 @@ if __package__ in (None, ""):  # run as `python bandit/costmodel.py`: import our
 
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -124,6 +126,21 @@ class Costs:
             gain, redraft_rate, self.rho[p], [float(self.rho[j]) for j in alts] or [0.0], self.alpha(len(alts))
         )
 
+    @property
+    def source_kind(self) -> str:
+        return self.source  # "measured" | "what-if" (TimingModel's is "timing")
+
+    def row_costs(
+        self, p: int, alts: Sequence[int], n: int, dlen: np.ndarray | None = None, prefill: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(base (n,), extra (n,)) cost of n blocks in verification passes: the primary alone 1 + rho_p, and what
+        re-drafting with `alts` adds, sum rho + alpha(|alts|) (bandit/timingmodel.py prices the same in ms).
+        Draft lengths and prefill do not enter this model."""
+        base = np.full(n, 1.0 + float(self.rho[p]))
+        a = list(alts)
+        extra = np.full(n, float(self.rho[a].sum()) + self.alpha(len(a))) if a else np.zeros(n)
+        return base, extra
+
     def describe(self) -> str:
         rho = ", ".join(f"{d} {r:.3f}" for d, r in zip(self.drafters, self.rho))
         al = ", ".join(f"{n}: {self.union[n]:.3f}" for n in range(2, self.union.size))
@@ -179,6 +196,17 @@ def engine_costs(drafters: Sequence[str], manifest: dict | None, engine: dict) -
     kept = [d for d in drafters if d not in (et.get("drafter_ms") or {})]
     note = f"; {', '.join(kept)}: the harness's call times" if kept else ""
     return Costs(c.drafters, c.rho, c.union, "measured", f"{name} on {c.hardware}{note}")
+
+
+def read_engine_timing(path) -> dict:
+    """A production engine's timing file (`--engine-timing`), read and checked as one JSON object."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: expected a JSON object (a timing file in the manifest's form)")
+    return obj
 
 
 def rho_alpha_from_manifest(manifest: dict | None) -> tuple[dict[str, float], float] | None:

@@ -52,6 +52,9 @@ def boundary(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
+        for stream in (sys.stdout, sys.stderr):  # a path with a non-UTF-8 byte (a surrogate escape) is printed
+            if hasattr(stream, "reconfigure"):  # escaped, not turned into an error
+                stream.reconfigure(errors="backslashreplace")
         try:
             return fn(*args, **kwargs)
         except HANDLED as e:

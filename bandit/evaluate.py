@@ -169,17 +169,20 @@ def _greedy_trajectory(t: BlockTable, pick: np.ndarray, name: str) -> Trace:
 
 
 def step_ms(t: BlockTable, tr: Trace, timing: Timing) -> np.ndarray | None:
-    """(B,) modelled wall ms of each block of a trace, from the manifest's timing; None without one.
-
-    Verify time of the verified draft tokens + 1, plus the chosen drafter's call. Full-information
-    learners need every drafter's draft verified at every block (that is what panoramic feedback
-    is): they pay every call and a union verification of D drafts (`verify_batch_ms`, else D
-    separate passes). spec-select also pays its always-computed lookup drafts.
-    """
-    if not timing.measured:
-        return None
+    """(B,) modelled wall ms of each block of a trace: the live phase's timing model where the table carries one
+    (bandit/timingmodel.py), else the manifest's timing; None without either. Verify time of the verified draft
+    tokens + 1, plus the chosen drafter's call. Full-information learners need every drafter's draft verified at
+    every block (panoramic feedback): every call and a union verification of D drafts (`verify_batch_ms`, else D
+    separate passes; the timing model: all drafts' tokens in one forward). spec-select also pays its lookups."""
     D = len(t.drafters)
     look = np.array([d in timing.lookup for d in t.drafters], bool)
+    m = t.timing_model  # the live phase's timing model where attached: the one model of every verdict
+    if m is not None:
+        union = tr.full_information and tr.policy != "spec_select"
+        n = t.draft_len[tr.row].sum(1) if union else np.where(tr.cut >= 0, tr.cut, t.draft_len[tr.row, tr.chosen])
+        return m.steps_ms(tr.chosen, n, t.draft_len[tr.row], np.full(D, union) | (look & (tr.policy == "spec_select")))
+    if not timing.measured:
+        return None
     st = StepTime.from_timing(t.drafters, look, timing)
     n = np.where(tr.cut >= 0, tr.cut, t.draft_len[tr.row, tr.chosen])
     if tr.full_information and tr.policy != "spec_select":
@@ -301,6 +304,8 @@ class PolicyReport:
     n_prompts: int
     block_set: str = ""
     best_fixed: str = ""
+    primary_rule: str = ""  # how the best fixed drafter (the primary) was chosen
+    ms_source: str = "the manifest's timing"  # what the tok/s [MODEL] column prices blocks with
 
     def to_json(self) -> dict:
         out = {k: r.to_json() for k, r in self.results.items()}
@@ -327,8 +332,8 @@ class PolicyReport:
         lines = [
             f"{g} policy replay, {self.mode} mode; blocks: {self.block_set}",
             f"  {self.n_prompts} prompts, prompt orders seeded {list(self.seeds)} (per-prompt totals averaged "
-            f"over them); best fixed = the primary {self.best_fixed}; {head}; {regret}; tok/s [MODEL] from the "
-            f"manifest's timing; accepted/block as logged. 95% CIs: {self.n_resamples}-resample percentile "
+            f"over them); best fixed = the primary {self.best_fixed} ({self.primary_rule}); {head}; {regret}; tok/s "
+            f"[MODEL] from {self.ms_source}; accepted/block as logged. 95% CIs: {self.n_resamples}-resample percentile "
             f"bootstrap over prompt clusters within workloads, seed {self.seed}",
             f"{'':{len(g) + 1}s}{'policy':18s}{'tokens/pass':>22s}{'gain vs best fixed':>26s}{f'regret ({unit})':>30s}"
             f"{'tok/s [MODEL]':>25s}{'accepted/block':>22s}",
@@ -351,6 +356,8 @@ def _totals(t: BlockTable, trs: Sequence[Trace], timing: Timing, rem: np.ndarray
         out[i, :, 2] = np.bincount(pr, tr.reward, minlength=t.n_prompts)
         ms = step_ms(t, tr, timing)
         out[i, :, 3] = np.nan if ms is None else np.bincount(pr, ms, minlength=t.n_prompts)
+        if ms is not None and t.prefill_ms is not None:  # the timing model's per-prompt prefill
+            out[i, :, 3] += np.where(out[i, :, 1] > 0, t.prefill_ms, 0.0)
     return out.mean(0)
 
 
@@ -465,6 +472,10 @@ def evaluate(
         t.n_prompts,
         block_set_text(t, mode),
         t.drafters[trajectory.primary(t)],
+        trajectory.rule_name(t),
+        "the timing model fitted on the live phase [MODEL, timing fitted on MEASURED live decodes]"
+        if t.timing_model is not None
+        else "the manifest's timing",
     )
 
 
@@ -479,8 +490,9 @@ def gain_of(totals: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], n_resam
 
 if __name__ == "__main__":
     from bandit.logs import default_inputs, load_logs
+    from bandit.primary import attach_own
 
     files, said = default_inputs()
-    t = load_logs(files)
+    t = attach_own(load_logs(files))
     print(said)
     print(evaluate(t, "block", None, (0,), 1000, 0).summary())

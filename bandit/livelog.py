@@ -2,7 +2,10 @@
 
 `read_live` type-checks every field of every line (errors name the run's file and line);
 `decodes` pairs each live decode with what the dense log says of the same prompt along the same
-configuration's trajectory: the design rows of bandit/wallclock.py's timing model.
+configuration's trajectory: the design rows of bandit/wallclock.py's timing model. Configurations
+(bandit/schema.py): `plain` (the target's own greedy loop), `fixed:<drafter>`, `best_of_n` and
+`policy:<name>` (a policy of bandit/livepolicies.py choosing the drafter per block, replayed on the
+dense log over the same prompts in the same order).
 
     python bandit/livelog.py [RUN]     # how many decodes of each configuration the run's live phase holds
 """
@@ -16,19 +19,33 @@ if __package__ in (None, ""):  # run as `python bandit/livelog.py`: import our `
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
 import json
-import sys
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from bandit import trajectory
 from bandit.logs import LogError
+from bandit.schema import BEST_OF_N, FIXED, PLAIN, POLICY, Timing
 from bandit.table import BlockTable
 
 LIVE_FILE = "live.jsonl"
 TERMS = ("prefill", "prompt_token", "pass", "verified_token")  # then one call-time term per drafter
+FIELDS = (
+    "config",
+    "workload",
+    "prompt_id",
+    "prompt_len",
+    "tokens",
+    "passes",
+    "verified",
+    "calls",
+    "wall_ms",
+    "draft_ms",
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +62,40 @@ class Decode:
     x_dense: np.ndarray  # (len(TERMS) + D,) design row from the dense log's trajectory
     draft_ms: np.ndarray  # (D,) measured time in each drafter's calls, summed over the decode
     same_as_dense: bool
+    chosen_live: np.ndarray | None = None  # (D,) policies: blocks per chosen drafter live (the line's `chosen`)
+    chosen_dense: np.ndarray | None = None  # (D,) policies: the same in the replay on the dense log
+    step_times: bool = False  # a policy told the measured step times live (`observe_step`): the replay is told
+    # the Timing's instead, so its choices may differ from the live ones; every other configuration's may not
+
+
+class Walked(NamedTuple):
+    """A configuration's counts along its own trajectory on the dense log, per table prompt."""
+
+    passes: np.ndarray  # (P,)
+    verified: np.ndarray  # (P,)
+    calls: np.ndarray  # (P, D)
+    chosen: np.ndarray | None  # (P, D) blocks per chosen drafter (policies), else None
+    step_times: bool = False  # a policy that learns from measured step times (see Decode)
+
+
+def live_policies() -> tuple[str, ...]:
+    """The policy names a `policy:<name>` line may carry (imported when a line has one: the policies'
+    module is needed only for runs that decoded policies)."""
+    from bandit import livepolicies
+
+    return tuple(livepolicies.LIVE_POLICIES)
+
+
+def _config_problem(config: str, policies) -> str | None:
+    """Why `config` is not a live configuration's name, or None. policies: a callable giving LIVE_POLICIES."""
+    if config in (PLAIN, BEST_OF_N) or (config.startswith(FIXED) and len(config) > len(FIXED)):
+        return None
+    if config.startswith(POLICY):
+        known = policies()
+        if config[len(POLICY) :] in known:
+            return None
+        return f"{config!r} is not a live policy (bandit/livepolicies.py LIVE_POLICIES: {', '.join(known)})"
+    return f"{config!r} is none of {PLAIN}, {FIXED}<drafter>, {BEST_OF_N}, {POLICY}<policy>"
 
 
 def read_live(run: Path) -> list[dict]:
@@ -57,6 +108,13 @@ def read_live(run: Path) -> list[dict]:
     except UnicodeDecodeError as e:
         line = path.read_bytes()[: e.start].count(b"\n") + 1
         raise LogError(path, line, "line", "not UTF-8 text") from None
+    known: list[tuple[str, ...]] = []  # LIVE_POLICIES, imported at the first policy line
+
+    def policies() -> tuple[str, ...]:
+        if not known:
+            known.append(live_policies())
+        return known[0]
+
     for i, raw in enumerate(text.splitlines(), 1):
         try:
             rec = json.loads(raw)
@@ -64,36 +122,32 @@ def read_live(run: Path) -> list[dict]:
             raise LogError(path, i, "line", f"not JSON ({e})") from None
         if not isinstance(rec, dict):
             raise LogError(path, i, "line", "not a JSON object")
-        for f in (
-            "config",
-            "workload",
-            "prompt_id",
-            "prompt_len",
-            "tokens",
-            "passes",
-            "verified",
-            "calls",
-            "wall_ms",
-            "draft_ms",
-        ):
+        for f in FIELDS:
             if f not in rec:
                 raise LogError(path, i, f, "missing field")
         for f in ("config", "workload", "prompt_id"):
             if not isinstance(rec[f], str) or not rec[f]:
                 raise LogError(path, i, f, f"{rec[f]!r} is not a name")
+        why = _config_problem(rec["config"], policies)
+        if why:
+            raise LogError(path, i, "config", why)
         for f in ("prompt_len", "tokens", "passes", "verified"):
             if not _count(rec[f]):
                 raise LogError(path, i, f, f"{rec[f]!r} is not a count")
         w = rec["wall_ms"]
         if not (isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0):
             raise LogError(path, i, "wall_ms", f"{w!r} is not a positive number")
-        if not isinstance(rec["calls"], dict) or not all(_count(v) for v in rec["calls"].values()):
-            raise LogError(path, i, "calls", f"{rec['calls']!r} is not an object of call counts")
+        # chosen: optional, a policy's blocks per drafter whose draft was verified
+        for f, what in (("calls", "call counts"), ("chosen", "block counts per drafter")):
+            if f in rec and not (isinstance(rec[f], dict) and all(_count(v) for v in rec[f].values())):
+                raise LogError(path, i, f, f"{rec[f]!r} is not an object of {what}")
         dm = rec["draft_ms"]
         if not isinstance(dm, dict) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in dm.values()
         ):
             raise LogError(path, i, "draft_ms", f"{dm!r} is not an object of times in ms (finite, >= 0)")
+        if rec["config"] == PLAIN and any(rec["calls"].values()):  # the target's own loop drafts nothing
+            raise LogError(path, i, "calls", f"{rec['calls']!r}: a plain decode calls no drafter")
         rec["_line"] = i
         out.append(rec)
     if not out:
@@ -121,30 +175,71 @@ def _count(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
 
 
-def _trajectory_counts(t: BlockTable, config: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(passes (P,), verified tokens (P,), calls (P, D)) of `config` walked on the dense log."""
+def policy_timing(t: BlockTable) -> Timing:
+    """The Timing a live policy was given at reset: the live phase's own `policy_timing` (measured before its
+    decodes), else, for runs without one, the manifest's timing (docs/DESIGN.md, "Wall clock")."""
+    m = t.manifests[0] if t.manifests else {}
+    k = max(int(t.draft_len.max(initial=0)), 1)
+    pt = (m.get("live") or {}).get("policy_timing")
+    if pt:
+        # lookups by the manifest's drafter kinds, as harness/livephase.py builds the live policies' Timing
+        return Timing.from_manifest({"k": m.get("k"), "drafters": m.get("drafters"), "timing": pt}, t.drafters, k=k)
+    return Timing.from_manifest(m, t.drafters, k=k)
+
+
+def live_order(t: BlockTable, live: Sequence[dict], config: str) -> list[int]:
+    """Table prompt indices of `config`'s decodes in the order live.jsonl holds them (the decode order)."""
+    index = {name: i for i, name in enumerate(t.prompt_ids)}
+    return [index[f"{r['workload']}/{r['prompt_id']}"] for r in live if r["config"] == config]
+
+
+def _trajectory_counts(t: BlockTable, config: str, prompts: Sequence[int] = (), timing: Timing | None = None) -> Walked:
+    """`config` walked on the dense log; a policy over `prompts` (in live order) with `timing`, as
+    bandit/livepolicies.py replays it."""
     D = len(t.drafters)
-    if config == "best_of_n":
+    if config == PLAIN:  # one 1-token forward per output token, nothing drafted
+        n = trajectory.output_lengths(t)
+        return Walked(n, n.copy(), np.zeros((t.n_prompts, D), np.int64), None)
+    if config.startswith(POLICY):
+        from bandit import livepolicies
+
+        timing = timing or policy_timing(t)
+        policy = livepolicies.make(config[len(POLICY) :], t, timing)  # built once: it may fit a model
+        c = livepolicies.replay(t, policy, list(prompts), timing)
+        as_int = lambda a: np.asarray(a, np.int64)
+        return Walked(
+            as_int(c.passes), as_int(c.verified), as_int(c.calls), as_int(c.chosen), hasattr(policy, "observe_step")
+        )
+    if config == BEST_OF_N:
         starts, passes = trajectory.walk(t, lambda r: t.accepted[r].max(1))
         used = np.ones(D, bool)
-    elif config.startswith("fixed:") and config[6:] in t.drafters:
-        d = t.drafters.index(config[6:])
+    elif config.startswith(FIXED) and config[len(FIXED) :] in t.drafters:
+        d = t.drafters.index(config[len(FIXED) :])
         starts, passes = trajectory.walk(t, lambda r: t.accepted[r, d])
         used = np.arange(D) == d
     else:
         raise LogError(LIVE_FILE, 0, "config", f"{config!r} names none of this log's drafters {list(t.drafters)}")
     verified = np.bincount(t.prompt[starts], 1 + t.draft_len[starts][:, used].sum(1), minlength=t.n_prompts)
-    return passes, verified.astype(np.int64), passes[:, None] * used[None, :]
+    return Walked(passes, verified.astype(np.int64), passes[:, None] * used[None, :], None)
 
 
 def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> list[Decode]:
     trajectory.require_dense(t)
     index = {name: i for i, name in enumerate(t.prompt_ids)}
+    for r in live:
+        key = f"{r['workload']}/{r['prompt_id']}"
+        if key not in index:
+            raise LogError(path, r.get("_line", 0), "prompt_id", f"prompt {key} is not in the dense log")
+        for f in ("calls", "chosen"):
+            bad = sorted(set(r.get(f) or {}) - set(t.drafters))
+            if bad:
+                raise LogError(path, r.get("_line", 0), f, f"names {bad}, not among the dense log's drafters")
     counts = {}
+    timing = policy_timing(t) if any(r["config"].startswith(POLICY) for r in live) else None
     for r in live:
         if r["config"] not in counts:
             try:
-                counts[r["config"]] = _trajectory_counts(t, r["config"])
+                counts[r["config"]] = _trajectory_counts(t, r["config"], live_order(t, live, r["config"]), timing)
             except LogError as e:
                 raise LogError(path, r.get("_line", 0), "config", e.problem) from None
     wl_of = np.zeros(t.n_prompts, np.int64)
@@ -152,16 +247,14 @@ def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> li
     lengths = trajectory.output_lengths(t)
     out = []
     for r in live:
-        key = f"{r['workload']}/{r['prompt_id']}"
-        if key not in index:
-            raise LogError(path, r.get("_line", 0), "prompt_id", f"prompt {key} is not in the dense log")
-        p = index[key]
-        passes, verified, calls = counts[r["config"]]
+        p = index[f"{r['workload']}/{r['prompt_id']}"]
+        passes, verified, calls, chosen, step_times = counts[r["config"]]
         x_live = np.r_[
             1.0, r["prompt_len"], r["passes"], r["verified"], [r["calls"].get(d, 0) for d in t.drafters]
         ].astype(float)
         x_dense = np.r_[1.0, r["prompt_len"], passes[p], verified[p], calls[p]].astype(float)
         dms = np.array([float(r.get("draft_ms", {}).get(d, 0.0)) for d in t.drafters])
+        live_chosen = r.get("chosen")
         out.append(
             Decode(
                 r["config"],
@@ -174,6 +267,9 @@ def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> li
                 x_dense,
                 dms,
                 bool(r.get("same_as_dense", True)),
+                None if live_chosen is None else np.array([live_chosen.get(d, 0) for d in t.drafters], np.int64),
+                None if chosen is None else chosen[p].copy(),
+                step_times,
             )
         )
     return out

@@ -30,11 +30,13 @@ from typing import Annotated, Iterable, Optional, Sequence
 
 import typer
 
-from bandit.columnar import ParquetPart, StaleCache, block_table, cache_dir, cached, read_arrow, write_cache
-from bandit.columnar import write_file, write_parquet
+from bandit.columnar import ParquetPart, StaleCache, block_table, read_arrow
+from bandit.logcache import cache_dir, cached, write_cache
+from bandit.columnar import write_parquet
+from bandit.safeio import write_file
 from bandit.observed import is_observed, refuse_counterfactual
 from bandit.records import Drafters, Keys, file_sha256, iter_records, read_exact
-from bandit.schema import EMPTY_DRAFT_FEATURES, FEATURES, LABELS, SCHEMA_VERSION
+from bandit.schema import EMPTY_DRAFT_FEATURES, FEATURES, LABELS, REPO, SCHEMA_VERSION
 from bandit.table import BlockTable, LogError, LogSource, assemble, first_gap, table_from_records
 
 __all__ = ["BlockTable", "LogError", "LogSource", "load_logs", "load_logs_reference", "validate_logs", "expand_paths"]
@@ -67,6 +69,8 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     under it (one directory holding blocks_X.jsonl[.gz] and blocks_X.parquet is refused)."""
     out: list[Path] = []
     for p in paths:
+        if not str(p):  # Path("") is ".": an empty argument would pool every run below the working directory
+            raise LogError("''", 0, "path", "an empty path (name a run directory or log file)")
         p = Path(p)
         if is_observed(p):  # an engine's counters are no block log: every reader of logs refuses them, saying why
             refuse_counterfactual(p)
@@ -156,24 +160,31 @@ def _drafters_differ(dr: Drafters, part: Keys) -> LogError:
     return part.error(-1, f"drafts.{gone}", why + " with --drafters")
 
 
-def load_logs(paths: Sequence[str | Path], drafters: Sequence[str] | None = None) -> BlockTable:
+def load_logs(
+    paths: Sequence[str | Path], drafters: Sequence[str] | None = None, trust_cache: bool = True
+) -> BlockTable:
     """Load and validate logs into one `BlockTable`; raises `LogError` at the first problem.
 
     Each log is read by `read_log` (its cached copy, pyarrow, or the exact path, which names the
     file, line and field of any problem: the error is the same whichever reader saw the file
     first); block Parquet files are read and checked column by column. Refuses to pool runs of
     different campaigns (docs/DESIGN.md): simulated with measured, or different targets,
-    drafters, k or temperature.
+    drafters, k or temperature. `trust_cache=False` (validate): every log is read itself, its cache rewritten.
     """
     files = expand_paths(paths)
     if not files:
         raise LogError("<inputs>", 0, "path", "no input files")
-    stale: set[str] = set()
+    stale: set[str] = set() if trust_cache else {str(f) for f in files}  # False: every log read itself
     while True:
         try:
             return _load(files, drafters, stale)
         except StaleCache as e:  # a cached copy failed its checks (edited, damaged): read that log itself
             stale.add(e.args[0])
+            if len(e.args) > 1:
+                print(
+                    f"note: the cached copy of {e.args[0]} was discarded ({e.args[1]}); rebuilt from the log",
+                    file=sys.stderr,
+                )
 
 
 def _load(files: list[Path], drafters: Sequence[str] | None, stale: set[str]) -> BlockTable:
@@ -205,6 +216,9 @@ def _check_names(files: Sequence[Path], t: BlockTable) -> None:
     prompts = [p.split("/", 1)[-1] for p in t.prompt_ids]
     for field, names in (("workload", t.workloads), ("drafts", t.drafters), ("prompt_id", prompts)):
         for n in names:
+            if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in n):  # would reach the terminal raw (escapes)
+                why = f"name {n!r} holds a control character; names are printed in every report"
+                raise LogError(files[0], 0, field, why.encode("utf-8", "backslashreplace").decode())
             try:
                 n.encode("utf-8")
             except UnicodeEncodeError:
@@ -279,7 +293,7 @@ def validate_logs(
     if errors:
         return None, errors
     try:
-        return load_logs(files, drafters), []
+        return load_logs(files, drafters, trust_cache=False), []  # the logs themselves, never a cached copy
     except LogError as e:
         return None, [e]
 
@@ -352,13 +366,36 @@ def is_complete(manifest: dict | None) -> bool:
     return bool(manifest) and (manifest.get("label") == "SIM" or manifest.get("complete") is True)
 
 
-def default_campaign(root: str | Path = "runs") -> tuple[Path, list[Path], str]:
+PUBLISHED = REPO / "paper" / "campaign.txt"  # names the published campaign: what an analysis reads by default
+
+
+def published_campaign() -> Path | None:
+    """The run named in paper/campaign.txt (relative to the repository), when it exists and is complete."""
+    try:
+        name = PUBLISHED.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    d = Path(name) if Path.cwd() == REPO else REPO / name  # as the shipped reports name it, from the repository
+    try:
+        m = read_manifest(d / "x") if name and d.is_dir() else None
+    except LogError:
+        return None
+    return d if m and is_complete(m) else None
+
+
+def default_campaign(root: str | Path = "runs", latest: bool = False) -> tuple[Path, list[Path], str]:
     """The one run an analysis reads when given no paths: (its directory, its log files, a sentence saying which).
 
-    The newest *complete* measured run under `root` (by manifest `created`, then name), else the newest
-    simulated one. Never several runs pooled: pooling is explicit (give the paths). Runs without a manifest,
-    and measured runs still in progress (or killed), are never chosen.
+    The published campaign (paper/campaign.txt), unless `latest` or another `root` is asked for; else the
+    newest *complete* measured run under `root` (by manifest `created`, then name), else the newest simulated
+    one. Never several runs pooled: pooling is explicit (give the paths). Runs without a manifest, and
+    measured runs still in progress (or killed), are never chosen.
     """
+    pub = published_campaign() if not latest and str(root) == "runs" else None
+    if pub is not None:
+        label = (read_manifest(pub / "x") or {}).get("label", "UNLABELLED")
+        said = f"[{label}] campaign {pub} (the published campaign, paper/campaign.txt; --latest: the newest)"
+        return pub, expand_paths([pub]), said
     root = Path(root)
     runs: dict[Path, dict | None] = {}
     for f in expand_paths([root]):
@@ -377,9 +414,9 @@ def default_campaign(root: str | Path = "runs") -> tuple[Path, list[Path], str]:
     raise LogError(root, 0, "path", "no complete measured or simulated run with a manifest here; give log paths")
 
 
-def default_inputs(root: str | Path = "runs") -> tuple[list[Path], str]:
+def default_inputs(root: str | Path = "runs", latest: bool = False) -> tuple[list[Path], str]:
     """`default_campaign` without the directory: (its log files, the sentence)."""
-    _, files, said = default_campaign(root)
+    _, files, said = default_campaign(root, latest)
     return files, said
 
 
@@ -399,7 +436,7 @@ def output_path(paths: Sequence[str | Path], name: str, out: str | Path | None =
 
 
 def cli(
-    paths: Annotated[list[Path], typer.Argument(help="log files, globs or directories")],
+    paths: Annotated[list[str], typer.Argument(help="log files, globs or directories")],  # str: '' is not '.'
     all: Annotated[bool, typer.Option("--all", help="report every problem, not only the first")] = False,
     drafters: Annotated[str, typer.Option(help="comma-separated drafters every record must hold")] = "",
 ) -> None:

@@ -131,11 +131,13 @@ def multi_sequence_replay(
 
 if __name__ == "__main__":
     from bandit.logs import default_inputs, load_logs
+    from bandit.primary import attach_own
 
     files, said = default_inputs()
-    t = load_logs(files)
+    t = attach_own(load_logs(files))
     print(said)
     p = trajectory.primary(t)
+    print(f"primary {t.drafters[p]}: the {trajectory.rule_name(t)}; step times from the manifest's timing")
     mode = "trajectory" if t.dense else "block"
     for n in (1, 4):
         a = multi_sequence_replay(t, SpecSelect(), n, mode)

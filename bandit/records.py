@@ -269,6 +269,9 @@ class Drafters:
     """Which drafters a load keeps: those asked for, else the first record's (then every record must match)."""
 
     def __init__(self, requested: Sequence[str] | None):
+        if requested and len(set(requested)) != len(requested):
+            twice = next(n for i, n in enumerate(requested) if n in requested[:i])
+            raise LogError("--drafters", 0, twice, "named twice (each drafter once)")
         self.requested = tuple(requested) if requested else None
         self.names: tuple[str, ...] = self.requested or ()
         self.first = ""  # PATH:LINE of the record that fixed `names`

@@ -28,8 +28,9 @@ import typer
 
 from bandit import trajectory
 from bandit.bootstrap import degenerate, fmt, fmt_ci, no_variation
-from bandit.logs import default_inputs, load_logs, output_path
+from bandit.logs import default_inputs, load_logs, output_path, run_dir
 from bandit.observed import is_observed, summarize_observed
+from bandit.primary import attach, fastest_by_workload, primary_lines
 from bandit.replay_stats import accepted_entries, table_stats
 from bandit.schema import code_version
 from bandit.table import BlockTable
@@ -80,6 +81,7 @@ class ReplaySummary:
     per_position: dict[str, float] | None = None  # dense: the length-biased means over every position, named so
     sources: tuple[tuple[str, str], ...] = ()  # (path, sha256) of the logs read
     ci: dict | None = None  # name -> bandit.ci.Interval (95%, prompt clusters), from `with_ci`
+    primary_rule: str = ""  # how the primary was chosen (trajectory.rule_name)
 
     @property
     def best_fixed_name(self) -> str:
@@ -98,6 +100,7 @@ class ReplaySummary:
             "pooled": {d: _num(self.pooled[j]) for j, d in enumerate(self.drafters)},
             "best_fixed": self.best_fixed_name,
             "primary": self.best_fixed_name,
+            "primary_rule": self.primary_rule,
             "workload_oracle": self.workload_oracle,
             "workload_headroom": self.workload_headroom,
             "per_block_oracle": self.per_block_oracle,
@@ -169,7 +172,7 @@ class ReplaySummary:
         p = self.best_fixed_name
         what = "tokens per target pass" if self.trajectory is not None else "mean accepted over B"
         lines += [
-            f"{tag} primary (best fixed drafter by {what}): {p}",
+            f"{tag} primary: {p}, the {self.primary_rule}",
             f"{tag} workload-level hindsight oracle ({what}): {self.workload_oracle:.3f}, "
             f"headroom {fmt(self.workload_headroom, pct=True)}{self._ci('workload_headroom')}",
             f"{tag} per-block oracle over B: {self.per_block_oracle:.3f} accepted, gap "
@@ -197,8 +200,8 @@ class ReplaySummary:
             c = next(iter(self.ci.values()))
             lines.append(
                 f"95% CIs: {c.method} bootstrap over {c.unit} clusters within workloads, "
-                f"{c.n_resamples} resamples, seed {c.seed}; the primary and its block set are re-chosen "
-                "in every resample"
+                f"{c.n_resamples} resamples, seed {c.seed}; the primary ({self.primary_rule}) and its block set "
+                "are re-chosen in every resample"
             )
         return "\n".join(lines)
 
@@ -242,7 +245,8 @@ def _summarize(t: BlockTable) -> ReplaySummary:
     srcs = tuple((s.path, s.sha256) for s in t.sources)
     if not t.dense:
         b = t.blocks()
-        table, n_w, pooled, p, wl, pb = _accepted_stats(b)
+        table, n_w, pooled, _, wl, pb = _accepted_stats(b)
+        p = trajectory.primary(t)  # the token proxy's argmax of `pooled`, or the fastest measured live
         return ReplaySummary(
             drafters=t.drafters,
             workloads=t.workloads,
@@ -260,11 +264,12 @@ def _summarize(t: BlockTable) -> ReplaySummary:
             n_prompts=len(np.unique(b.prompt)),
             trajectory=None,
             sources=srcs,
+            primary_rule=trajectory.rule_name(t),
         )
     starts = trajectory.fixed_starts(t)
     passes = trajectory.fixed_passes(t, starts)  # (P, D)
     tokens = trajectory.output_lengths(t)  # (P,)
-    p = int(trajectory.primary_index(passes.sum(0)))
+    p = trajectory.primary(t, starts)
     b = trajectory.block_set(t, p)
     table, n_w, pooled, _, _, pb = _accepted_stats(b)
     W = len(t.workloads)
@@ -305,6 +310,7 @@ def _summarize(t: BlockTable) -> ReplaySummary:
         trajectory_table=traj_table,
         per_position=per_pos,
         sources=srcs,
+        primary_rule=trajectory.rule_name(t),
     )
 
 
@@ -325,12 +331,13 @@ def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int 
 
 
 def _load(paths: Sequence[Path] | None, drafters: str = "") -> tuple[BlockTable, str]:
+    """The logs, with their run's live phase attached (bandit/primary.py: the primary by measured speed)."""
     names = [d for d in drafters.split(",") if d] or None
     if paths:
         t = load_logs(paths, names)
-        return t, f"[{t.label}] logs {', '.join(str(p) for p in paths)}"
+        return attach(t, run_dir(paths)), f"[{t.label}] logs {', '.join(str(p) for p in paths)}"
     files, said = default_inputs()
-    return load_logs(files, names), said
+    return attach(load_logs(files, names), run_dir(files)), said
 
 
 def cli(
@@ -344,7 +351,8 @@ def cli(
     trajectories in tokens per target pass.
 
     Block set: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts (the primary:
-    most output tokens per target pass along its own trajectory; `block` marks are ignored). Length-biased means
+    the fastest fixed drafter measured in the run's live phase where it has one, else most output tokens per target
+    pass along its own trajectory; `block` marks are ignored). Length-biased means
     over every position of a dense log appear only under `per_position` names.
     PATHS default to the newest complete measured run under runs/ (else the shipped simulated one); when the logs are
     one run, the tables are also written beside it (<run dir>/replay.txt). --json prints one JSON object (keys: label, block_set, table, pooled, primary,
@@ -360,10 +368,12 @@ def cli(
     if resamples > 0:
         s = with_ci(s, t, resamples, seed)
     if json_out:
-        typer.echo(json.dumps(s.to_json(), sort_keys=True))
+        fast = {w: {"drafter": d, "tokens_per_s": v} for w, (d, v) in fastest_by_workload(t).items()}
+        typer.echo(json.dumps(s.to_json() | ({"fastest_fixed_live": fast} if fast else {}), sort_keys=True))
         return
+    live = "\n".join(primary_lines(t, max(resamples, 1), seed)) + "\n" if t.live_tokens is not None else ""
     text = (
-        f"{said}\n{t.summary()}\n{s.summary()}\ninputs: "
+        f"{said}\n{t.summary()}\n{s.summary()}\n{live}inputs: "
         + ", ".join(f"{p} sha256:{h[:12]}" for p, h in s.sources)
         + f"; code {code_version('bandit')}\n"
     )

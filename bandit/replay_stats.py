@@ -28,7 +28,8 @@ def table_stats(t: BlockTable, unit: str, n_resamples: int, seed: int, method: s
 
     Sparse logs: per_block_gap, workload_headroom and mean_accepted[w][d] over the logged block
     starts, the best fixed drafter (highest pooled mean accepted) re-chosen per resample.
-    Dense logs, prompt unit: the primary (fewest target passes along its own trajectory) is re-chosen
+    Dense logs, prompt unit: the primary (`trajectory.rule_name`: measured tokens/s over the live sample
+    where a live phase is attached, else the fewest target passes along its own trajectory) is re-chosen
     in every resample and every statistic is computed on its block set: per_block_gap and
     mean_accepted[w][d] over its trajectory starts; workload_headroom, trajectory_oracle_gain,
     greedy_oracle_gain and tokens_per_pass[w][d] in tokens per target pass. Dense logs, block unit:
@@ -37,7 +38,7 @@ def table_stats(t: BlockTable, unit: str, n_resamples: int, seed: int, method: s
     tokens-per-pass entries (workload_headroom included) stay on the prompt unit.
     """
     if not t.dense:
-        return accepted_entries(t.blocks(), unit, n_resamples, seed, method, rechoose=True)
+        return accepted_entries(t.blocks(), unit, n_resamples, seed, method, rechoose=True, live=True)
     out = _dense_stats(t, n_resamples, seed, method)
     if unit == "block":
         b = trajectory.block_set(t)
@@ -53,22 +54,44 @@ def table_stats(t: BlockTable, unit: str, n_resamples: int, seed: int, method: s
 
 
 def accepted_entries(
-    b: BlockTable, unit: str, n_resamples: int, seed: int, method: str, rechoose: bool, primary: int | None = None
+    b: BlockTable,
+    unit: str,
+    n_resamples: int,
+    seed: int,
+    method: str,
+    rechoose: bool,
+    primary: int | None = None,
+    live: bool = False,
 ) -> list[Entry]:
-    """per_block_gap, workload_headroom (accepted tokens) and the mean accepted table over the rows of b."""
+    """per_block_gap, workload_headroom (accepted tokens) and the mean accepted table over the rows of b.
+
+    rechoose: the primary re-chosen in every resample, by the highest pooled accepted (the sparse token proxy) or,
+    with `live` and a live phase attached, by measured tokens/s (each prompt's live sums ride on its first row, so
+    a prompt cluster brings them along; single blocks bring them with that row)."""
     units, strata = cluster_units(b, unit)
     W, D = len(b.workloads), len(b.drafters)
     a = b.accepted.astype(float)
     # per row: for its workload w, columns [count, a_1..a_D, max_d a_d] in slot w: (R, W*(D+2))
     row = np.zeros((b.n_records, W, D + 2))
     row[np.arange(b.n_records), b.workload] = np.c_[np.ones(b.n_records), a, a.max(1)]
-    totals = np.zeros((strata.size, W * (D + 2)))
-    np.add.at(totals, units, row.reshape(b.n_records, -1))
+    row = row.reshape(b.n_records, -1)
+    timed = live and rechoose and b.live_tokens is not None
+    if timed:
+        first = np.r_[True, b.prompt[1:] != b.prompt[:-1]] if b.n_records else np.zeros(0, bool)
+        extra = np.zeros((b.n_records, 2 * D))
+        extra[first] = np.c_[b.live_tokens, b.live_ms][b.prompt[first]]
+        row = np.c_[row, extra]
+    totals = np.zeros((strata.size, row.shape[1]))
+    np.add.at(totals, units, row)
 
     def stat(T: np.ndarray) -> np.ndarray:
-        T = T.reshape(-1, W, D + 2)
+        L = T[:, W * (D + 2) :]
+        T = T[:, : W * (D + 2)].reshape(-1, W, D + 2)
         pooled = T[:, :, 1 : D + 1].sum(1)  # (n, D)
-        p = np.argmax(pooled, 1) if rechoose else np.full(len(T), primary)
+        if not rechoose:
+            p = np.full(len(T), primary)
+        else:
+            p = trajectory.choose_primary(pooled, *((L[:, :D], L[:, D:]) if timed else (None, None)))
         ap = pooled[np.arange(len(p)), p]
         gap = T[:, :, D + 1].sum(1) / ap - 1
         head = T[:, :, 1 : D + 1].max(2).sum(1) / ap - 1
@@ -101,7 +124,8 @@ def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> lis
     a = t.accepted.astype(np.int64)
     # per prompt, in its workload's slot, for every candidate primary q: [blocks, a_1..a_D, max a] over
     # q's trajectory starts; then passes of every fixed drafter, of the shortest path, of the greedy oracle,
-    # and output tokens. All integers, so the resampled sums are exact.
+    # and output tokens; then the live phase's tokens and ms of every fixed drafter (zeros without one), from which
+    # the primary is re-chosen by measured speed where the table carries a live phase. Integers but the live ms.
     per_q = np.zeros((P, D, D + 2), np.int64)
     for q in range(D):
         r = starts[:, q]
@@ -110,9 +134,11 @@ def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> lis
     oracle = trajectory_oracle(t).passes
     greedy = greedy_oracle_trajectory(t).passes
     tokens = trajectory.output_lengths(t)
-    K = D * (D + 2) + D + 3
-    cols = np.c_[per_q.reshape(P, -1), passes, oracle, greedy, tokens]
-    totals = np.zeros((P, W, K), np.int64)
+    K = D * (D + 2) + D + 3 + 2 * D
+    live = t.live_tokens is not None
+    lt = np.c_[t.live_tokens, t.live_ms] if live else np.zeros((P, 2 * D))
+    cols = np.c_[per_q.reshape(P, -1), passes, oracle, greedy, tokens, lt]
+    totals = np.zeros((P, W, K))
     totals[np.arange(P), strata] = cols
     totals = totals.reshape(P, -1)
     o_pass, o_orc, o_gr, o_tok = D * (D + 2), D * (D + 2) + D, D * (D + 2) + D + 1, D * (D + 2) + D + 2
@@ -121,7 +147,8 @@ def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> lis
         n = len(T)
         T = T.reshape(n, W, K)
         pw = T[:, :, o_pass : o_pass + D]  # (n, W, D) passes
-        p = trajectory.primary_index(pw.sum(1))  # primary, re-chosen per resample
+        L = T[:, :, o_tok + 1 :].sum(1)  # (n, 2D) live tokens, live ms
+        p = trajectory.choose_primary(-pw.sum(1), *((L[:, :D], L[:, D:]) if live else (None, None)))  # per resample
         ix = np.arange(n)
         q = T[:, :, :o_pass].reshape(n, W, D, D + 2)[ix, :, p]  # (n, W, D+2) on p's block set
         ap = q[:, :, 1 : D + 1].sum(1)[ix, p]
@@ -135,7 +162,7 @@ def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> lis
             tpp = T[:, :, o_tok : o_tok + 1] / pw  # (n, W, D)
         return np.c_[gap, head, orc, gre, means.reshape(n, -1), tpp.reshape(n, -1)]
 
-    value, boot, jack = boot_totals(totals.astype(float), stat, strata, n_resamples, seed, jackknife=method == "bca")
+    value, boot, jack = boot_totals(totals, stat, strata, n_resamples, seed, jackknife=method == "bca")
     p0 = trajectory.primary(t, starts)
     nb_all = int(starts[:, p0].sum())
     nb_w = np.bincount(t.workload[starts[:, p0]], minlength=W)
@@ -161,9 +188,10 @@ def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> lis
 
 if __name__ == "__main__":
     from bandit.logs import default_inputs, load_logs
+    from bandit.primary import attach_own
 
     files, said = default_inputs()
-    t = load_logs(files)
+    t = attach_own(load_logs(files))
     print(said)
     for e in table_stats(t, "prompt", 2000, 0, "percentile"):
         print(f"[{e.label}] {e.name}: {e.ci}")

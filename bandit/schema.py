@@ -82,6 +82,14 @@ def lookup_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | No
     return tuple(out)
 
 
+# ---------------------------------------------------------------- live configurations (live.jsonl `config`)
+
+PLAIN = "plain"  # the target's own greedy loop, no drafter
+FIXED = "fixed:"  # + drafter name: that drafter alone
+BEST_OF_N = "best_of_n"  # every drafter drafts, one tree forward verifies all, the longest accepted advances
+POLICY = "policy:"  # + policy name (bandit/livepolicies.py): the policy chooses the drafter per block
+
+
 # ---------------------------------------------------------------- what a policy sees and is told
 
 
@@ -95,6 +103,8 @@ class Context:
     prev_accepted: np.ndarray  # (D,) previous block's accepted per drafter; NaN if unobserved or the first block
     prev_features: np.ndarray  # (D, 4) previous block's FEATURES per drafter; NaN if unobserved or the first block
     draft_len: np.ndarray  # (D,) lookups: their actual draft length here; others: the length asked for
+    draft_features: np.ndarray | None = None  # (D, 4) lookups: FEATURES of their draft here (known before
+    # choosing); NaN for the other drafters. None: not given (a caller that predates it)
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ import typer
 from bandit import progress, trajectory
 from bandit.bootstrap import JACK_GROUPS, Entry, Interval, cluster_units, interval, resample_counts
 from bandit.logs import default_inputs, load_logs, run_dir
+from bandit.primary import attach, model_check_lines
 from bandit.schema import code_version
 from bandit.selector_fit import SCORES, NestedResult, candidates, frontier_points, nested, primaries, rule_text
 from bandit.table import BlockTable
+from bandit.timingmodel import LABEL as TIMING_LABEL
 
 
 def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: str) -> list[Entry]:
@@ -144,10 +146,20 @@ def render(t: BlockTable, point: NestedResult, boot: NestedResult | None = None,
         return format(x, fmt) + ci
 
     where = "each fold primary's own trajectory starts (dense log)" if t.dense else "the logged block starts"
+    timed = getattr(point.costs, "source_kind", "") == "timing"
+    sp_label = f"[{TIMING_LABEL}]" if timed else "[MODEL]"
     lines = [
-        f"block sets: {where}; {point.costs.describe()}",
+        f"block sets: {where}; each fold's primary: the {trajectory.rule_name(t)}, chosen on its training workloads",
+        point.costs.describe(),
+        (
+            "every speedup below comes from the timing model fitted on the live phase "
+            f"[{TIMING_LABEL}], each block priced by its passes, verified tokens and drafter calls"
+            if timed
+            else "every speedup below is the rho/alpha cost model's [MODEL] (no live phase to fit a timing model on)"
+        ),
         f"frontier area (out-of-fold capture vs redraft rate; 0.5 = random) [{tag}]"
-        + (f", 95% CI: {how}" if how else ""),
+        + (f", 95% CI: {how}" if how else "")
+        + "; pooled over folds, the logistic score by its rank within its fold (each fold's fit has its own scale)",
         "| score | " + " | ".join(t.workloads) + " | pooled |",
         "|---|" + "---|" * (W + 1),
     ]
@@ -161,8 +173,8 @@ def render(t: BlockTable, point: NestedResult, boot: NestedResult | None = None,
         )
     lines += [
         "",
-        f"operating point per held-out workload (rule chosen on the other workloads by modelled speedup) "
-        f"[{tag}]; speedup [MODEL]; skill only where 0 < redraft < 1",
+        f"operating point per held-out workload (rule chosen on the other workloads by modelled speedup over the "
+        f"fold's primary) [{tag}]; speedup {sp_label}; skill only where 0 < redraft < 1",
         "| score | held-out | primary | rule (inner LOWO) | capture | redraft | skill | token gain | speedup |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -234,7 +246,7 @@ def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_
         paths, said = default_inputs()
         said = f"read: {said}"
     out_dir = run_dir(paths) if out_dir is None else out_dir
-    t = load_logs(paths)
+    t = attach(load_logs(paths), run_dir(paths))
     point = nested(t, np.ones((1, t.n_prompts)))
     boot, how = None, ""
     if n_resamples > 0:
@@ -249,9 +261,11 @@ def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_
             f"primary, alternatives set and threshold remade in each), seed {seed}"
         )
     text_body = render(t, point, boot, how, seed)
+    checks = "".join(x + "\n" for x in model_check_lines(t))
     text = (
         f"{said}\n{t.summary()}\n"
         + text_body
+        + ("\n" + checks if checks else "")
         + "inputs: "
         + ", ".join(f"{x.path} sha256:{x.sha256[:12]}" for x in t.sources)
         + f"; code {code_version('bandit')}\n"
@@ -281,8 +295,10 @@ def cli(
 ) -> None:
     """Per-block selector, leave-one-workload-out: frontier areas (0.5 = random) of the logistic score and the
     training-free conf_min / ent_mean / draft_empty scores, and each fold's operating point (primary, alternatives
-    and threshold chosen on the training workloads by the cost model's speedup: measured costs when the manifest
-    has timing, else the what-if of docs/DESIGN.md). Dense logs: every fold on its primary's trajectory starts.
+    and threshold chosen on the training workloads by the modelled speedup: the timing model fitted on the run's live
+    phase where it has one, else the rho/alpha model of the manifest's timing, else the what-if of docs/DESIGN.md).
+    The primary: the fastest fixed drafter measured live, else the token proxy. Dense logs: every fold on its
+    primary's trajectory starts.
     """
     progress.quiet(quiet)
     typer.echo(main(paths or [], resamples, seed, out_dir), nl=False)

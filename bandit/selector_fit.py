@@ -8,14 +8,20 @@ Judged by its ranking, deployed by measured costs (docs/DESIGN.md, "Selector"):
   training-free `conf_min` (low first), `ent_mean` (high first) and `draft_empty` (the primary
   proposed nothing).
 - Headline: the area under the out-of-fold capture-vs-redraft frontier (0.5 = random ranking),
-  per held-out workload and pooled. Capture is of the gap to the best of all drafters.
+  per held-out workload and pooled. Capture is of the gap to the best of all drafters. Pooled, the
+  logistic score (refitted per fold, so each fold's probabilities are on their own scale) enters by
+  its weighted mid-rank within its fold (`fold_rank`); the training-free scores are one function
+  of the draft in every fold and are pooled as they are.
 - Operating point: inside each leave-one-workload-out fold, on the training workloads only,
-  the primary (most tokens per target pass there), and by an inner leave-one-workload-out loop
-  the alternatives set (each single other drafter, each pair, or all of them) and the threshold
-  that maximise the cost model's speedup (bandit/costmodel.py: the manifest's measured costs,
-  else its documented what-if). The held-out workload then meets that rule unchanged. An
-  operating point that never (or always) re-drafts is reported as such; skill = capture /
-  redraft rate only where it re-drafts at all.
+  the primary (by the table's rule, `trajectory.rule_name`: the fastest fixed drafter measured on
+  the training workloads' live prompts where a live phase is attached, else most tokens per target
+  pass there), and by an inner leave-one-workload-out loop the alternatives set (each single other
+  drafter, each pair, or all of them) and the threshold that maximise the modelled speedup: every
+  block priced by the live phase's timing model where one is attached (bandit/timingmodel.py:
+  prefill, passes, verified tokens of every draft verified, drafter calls), else by the rho/alpha
+  model (bandit/costmodel.py: the manifest's measured costs, else its documented what-if). The
+  held-out workload then meets that rule unchanged. An operating point that never (or always)
+  re-drafts is reported as such; skill = capture / redraft rate only where it re-drafts at all.
 
 On dense logs every fold works on the block set of its primary (its own trajectory starts);
 token counts are tau = accepted + 1 capped at the output's end. Refits are batched over
@@ -41,11 +47,12 @@ import numpy as np
 
 from bandit import logistic, trajectory
 from bandit import progress as _progress
-from bandit.costmodel import Costs, costs_for
 from bandit.schema import FEATURES
 from bandit.table import BlockTable
+from bandit.timingmodel import pricer, rows_share
 
 SCORES = ("logistic", "conf_min", "ent_mean", "draft_empty")
+FITTED = ("logistic",)  # scores refitted per fold: each fold's probabilities are on their own scale
 MAX_SUBSET = 2  # alternatives sets searched: every single drafter, every pair, and all of them
 C_REG = 1.0  # inverse L2 strength of the logistic score (scikit-learn's C)
 EMPTY_ENT = 1e9  # ent_mean score of an empty draft: above any entropy (finite, so a threshold can sit on it)
@@ -65,6 +72,8 @@ class Candidate:
     tau: np.ndarray  # (B, D) tokens each drafter's block would produce (capped at the output's end)
     workload: np.ndarray  # (B,) int
     prompt: np.ndarray  # (B,) int
+    dlen: np.ndarray  # (B, D) each drafter's draft length (the verified tokens a timing model prices)
+    prefill: np.ndarray  # (B,) each block's share of its prompt's prefill ms (0 without a timing model)
 
 
 def candidates(t: BlockTable, only: Sequence[int] | None = None) -> list[Candidate | None]:
@@ -88,6 +97,8 @@ def candidates(t: BlockTable, only: Sequence[int] | None = None) -> list[Candida
                 trajectory.block_tokens(t, rows),
                 b.workload.astype(np.int64),
                 b.prompt.astype(np.int64),
+                b.draft_len.astype(float),
+                rows_share(b.prompt, t.prefill_ms),
             )
         )
     return out
@@ -104,20 +115,23 @@ def primaries(t: BlockTable) -> list[int]:
 def fold_primary(
     t: BlockTable, cands: list[Candidate | None], wp: np.ndarray, train: np.ndarray, fixed: int | None
 ) -> np.ndarray:
-    """(m,) primary per resample on the training workloads: most tokens per pass (dense) or highest mean
-    accepted over the block starts (sparse), under prompt weights wp (m, P); `fixed` overrides."""
+    """(m,) primary per resample on the training workloads under prompt weights wp (m, P), by t's rule
+    (`trajectory.rule_name`): the fastest fixed drafter measured on the training workloads' live prompts where a
+    live phase is attached, else most tokens per pass (dense) or highest mean accepted over the block starts
+    (sparse); `fixed` overrides."""
     m = wp.shape[0]
     if fixed is not None:
         return np.full(m, fixed)
-    trp = train[t.workload[trajectory.prompt_rows(t)[0]]] if t.n_prompts else np.zeros(0, bool)
+    wl_of = np.zeros(t.n_prompts, np.int64)
+    wl_of[t.prompt] = t.workload
+    w = wp * train[wl_of]
     if t.dense:
-        passes = trajectory.fixed_passes(t).astype(float)  # (P, D)
-        return trajectory.primary_index((wp * trp) @ passes)
-    c = next(x for x in cands if x is not None)  # a sparse log: every candidate shares the logged block starts
-    keep = train[c.workload]
-    w = wp[:, c.prompt] * keep
-    a = t.accepted[c.rows].astype(float)
-    return np.argmax(w @ a, 1)
+        key = -trajectory.fixed_passes(t).astype(float)  # (P, D)
+    else:
+        c = next(x for x in cands if x is not None)  # a sparse log: every candidate shares the logged block starts
+        key = np.zeros((t.n_prompts, len(t.drafters)))
+        np.add.at(key, c.prompt, t.accepted[c.rows].astype(float))
+    return trajectory.choose_primary(w @ key, *trajectory.live_sums(t, w))
 
 
 # ---------------------------------------------------------------- scores
@@ -183,6 +197,19 @@ def _steps(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return o, np.r_[np.flatnonzero(so[1:] != so[:-1]), so.size - 1]
 
 
+def fold_rank(s: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Each score's weighted mid-rank within its fold, in [0, 1]: the fold's weight strictly below it plus half its
+    tie's, over the fold's weight. Monotone in s within the fold (ties stay ties), so the fold's own frontier is
+    unchanged; and a weight-c block ranks as c copies of it would."""
+    tot = float(w.sum())
+    if tot <= 0:
+        return np.zeros(s.size)
+    u, inv = np.unique(s, return_inverse=True)
+    wt = np.bincount(inv, w, minlength=u.size)
+    below = np.cumsum(wt) - wt
+    return ((below + wt / 2) / tot)[inv]
+
+
 def frontier_area(s: np.ndarray, w: np.ndarray, up: np.ndarray) -> float:
     """Area under capture (of sum w*up) vs redraft rate (of sum w) re-drafting in decreasing score order.
 
@@ -219,20 +246,43 @@ class Rule:
         return "never" if self.threshold == np.inf else "always" if self.threshold == -np.inf else "threshold"
 
 
-def choose_rule(s: np.ndarray, w: np.ndarray, tau: np.ndarray, p: int, costs: Costs) -> Rule:
-    """The (alternatives set, threshold) of highest modelled speedup over the inner out-of-fold scores s (n,)."""
+class RowPrices:
+    """The cost of a fixed set of blocks under one cost model for primary p: `base` (n,) alone, `extra(alts)` (n,)
+    added by re-drafting with alts (memoised: the prices do not depend on the resample's weights)."""
+
+    def __init__(self, costs, p: int, n: int, dlen: np.ndarray | None = None, prefill: np.ndarray | None = None):
+        self.costs, self.p, self.n, self.dlen, self.prefill = costs, p, n, dlen, prefill
+        self.base = costs.row_costs(p, (), n, dlen, prefill)[0]
+        self.memo: dict[tuple[int, ...], np.ndarray] = {}
+
+    def extra(self, alts: tuple[int, ...]) -> np.ndarray:
+        if alts not in self.memo:
+            self.memo[alts] = self.costs.row_costs(self.p, alts, self.n, self.dlen, self.prefill)[1]
+        return self.memo[alts]
+
+
+def choose_rule(
+    s: np.ndarray, w: np.ndarray, tau: np.ndarray, p: int, costs=None, prices: RowPrices | None = None
+) -> Rule:
+    """The (alternatives set, threshold) of highest modelled speedup over the inner out-of-fold scores s (n,).
+
+    Speedup = (tokens / cost) of the rule over (tokens / cost) of the primary alone, costs summed over the blocks
+    (`prices`, else `costs` without draft lengths: the rho/alpha model): re-drafting the blocks of score >= the
+    threshold adds each one's `extra`."""
     best = Rule(p, (), np.inf, 1.0)
     keep = w > 0
     if not keep.any():
         return best
+    prices = prices or RowPrices(costs, p, s.size)
     s, w, tau = s[keep], w[keep], tau[keep]
     o, ends = _steps(s)
-    R = np.cumsum(w[o])[ends] / w.sum()
     base = float(w @ tau[:, p])
+    c0 = float(w @ prices.base[keep])
     for alts in alternative_sets(tau.shape[1], p):
         up = tau[:, list(alts) + [p]].max(1) - tau[:, p]
-        g = np.cumsum((w * up)[o])[ends] / base
-        sp = costs.speedup(p, alts, R, g)
+        tok = base + np.cumsum((w * up)[o])[ends]
+        cost = c0 + np.cumsum((w * prices.extra(alts)[keep])[o])[ends]
+        sp = (tok / cost) * (c0 / base)
         i = int(np.argmax(sp))
         if sp[i] > best.speedup + 1e-12:
             thr = -np.inf if i == ends.size - 1 else float(s[o[ends[i]]])
@@ -252,6 +302,8 @@ class FoldSums:
     gain: np.ndarray  # tokens gained by re-drafting (tau_sel - tau_p)
     room: np.ndarray  # tokens re-drafting every block with the rule's alternatives would gain
     base: np.ndarray  # tokens of the primary alone
+    c0: np.ndarray  # cost of the primary alone (the cost model's unit: verify passes, or ms for the timing model)
+    cx: np.ndarray  # cost the rule's re-drafts add
 
 
 @dataclass(frozen=True)
@@ -263,7 +315,7 @@ class NestedResult:
     areas: dict[str, np.ndarray]  # score -> (m, W + 1): frontier area per held-out workload, then pooled
     sums: dict[str, list[FoldSums]]  # score -> W folds of the operating point
     rules: dict[str, list[list[Rule]]]  # score -> W folds -> m rules
-    costs: Costs
+    costs: object  # the cost model: costmodel.Costs, or timingmodel.TimingModel (bandit/timingmodel.py)
 
     def outcome(self, score: str, fold: int | None = None) -> dict[str, np.ndarray]:
         """capture, redraft_rate, skill, token_gain, speedup [MODEL], each (m,), for one fold or pooled.
@@ -289,18 +341,9 @@ class NestedResult:
 
     def _speedup(self, score: str, fold: int | None) -> np.ndarray:
         # each fold under its own rule's costs; pooled as (tokens / cost) over the primary alone's (tokens / cost)
-        tok = cost = base_tok = base_cost = 0.0
-        for f in range(len(self.workloads)) if fold is None else [fold]:
-            s, rules = self.sums[score][f], self.rules[score][f]
-            c0 = np.array([1.0 + self.costs.rho[r.primary] for r in rules])
-            extra = np.array(
-                [
-                    float(sum(self.costs.rho[j] for j in r.alts)) + self.costs.alpha(len(r.alts)) if r.alts else 0.0
-                    for r in rules
-                ]
-            )
-            tok, cost = tok + s.base + s.gain, cost + s.w * c0 + s.r * extra
-            base_tok, base_cost = base_tok + s.base, base_cost + s.w * c0
+        fs = [self.sums[score][f] for f in (range(len(self.workloads)) if fold is None else [fold])]
+        tok, cost = sum(f.base + f.gain for f in fs), sum(f.c0 + f.cx for f in fs)
+        base_tok, base_cost = sum(f.base for f in fs), sum(f.c0 for f in fs)
         with np.errstate(invalid="ignore", divide="ignore"):
             return (tok / cost) / (base_tok / base_cost)
 
@@ -308,7 +351,7 @@ class NestedResult:
 def nested(
     t: BlockTable,
     wp: np.ndarray,
-    costs: Costs | None = None,
+    costs=None,
     scores: Sequence[str] = SCORES,
     fold_primaries: Sequence[int] | None = None,
     row_weights: dict[int, np.ndarray] | None = None,
@@ -326,7 +369,7 @@ def nested(
         raise ValueError(f"LOWO needs at least two workloads; the logs have {list(t.workloads)}")
     if D < 2:
         raise ValueError("the selector needs at least two drafters")
-    costs = costs or costs_for(t.drafters, t.manifests[0] if t.manifests else None)
+    costs = costs or pricer(t)  # the live phase's timing model where attached, else the rho/alpha model
     cands = candidates(t, None if fold_primaries is None else sorted(set(fold_primaries)))
     m = wp.shape[0]
     prim = {
@@ -347,7 +390,7 @@ def nested(
         if pbar is not None and g:
             pbar.update(1)  # the previous held-out workload is done
         train = [h for h in range(W) if h != g]
-        acc = {s: {k: np.zeros(m) for k in ("w", "r", "gain", "room", "base")} for s in scores}
+        acc = {s: {k: np.zeros(m) for k in ("w", "r", "gain", "room", "base", "c0", "cx")} for s in scores}
         fold_rules = {s: [None] * m for s in scores}
         for q in np.unique(prim[g]).tolist():
             c, wq = cands[q], weights[q]
@@ -356,19 +399,24 @@ def nested(
             tr = np.flatnonzero(c.workload != g)
             up_h = (c.tau.max(1) - c.tau[:, q])[held]  # the gap to the best of all drafters, held-out rows
             tau_h, tau_tr = c.tau[held], c.tau[tr]
+            pr_h = RowPrices(costs, q, held.size, c.dlen[held], c.prefill[held])
+            pr_tr = RowPrices(costs, q, tr.size, c.dlen[tr], c.prefill[tr])
             for s in scores:
                 sh, st = oof_scores(c, wq, s, train, g, fits.get(q))
                 for i in ms.tolist():
                     wh, wt = wq[i, held], wq[i, tr]
                     areas[s][i, g] = frontier_area(sh[i], wh, up_h)
-                    pooled[s][i].append((sh[i], wh, up_h))
-                    rule = choose_rule(st[i], wt, tau_tr, q, costs)
+                    # the fitted score's scale is its fold's own: pooled by within-fold rank (module docstring)
+                    pooled[s][i].append((fold_rank(sh[i], wh) if s in FITTED else sh[i], wh, up_h))
+                    rule = choose_rule(st[i], wt, tau_tr, q, prices=pr_tr)
                     fold_rules[s][i] = rule
                     up = tau_h[:, list(rule.alts) + [q]].max(1) - tau_h[:, q] if rule.alts else np.zeros(held.size)
                     r = sh[i] >= rule.threshold
                     a = acc[s]
                     a["w"][i], a["r"][i] = wh.sum(), wh @ r
                     a["gain"][i], a["room"][i], a["base"][i] = (wh * r) @ up, wh @ up, wh @ tau_h[:, q]
+                    a["c0"][i] = wh @ pr_h.base
+                    a["cx"][i] = (wh * r) @ pr_h.extra(rule.alts) if rule.alts else 0.0
         for s in scores:
             sums[s].append(FoldSums(**acc[s]))
             rules[s].append(fold_rules[s])
@@ -412,7 +460,7 @@ def frontier_points(t: BlockTable, score: str = "logistic") -> tuple[np.ndarray,
         fits.setdefault(q, _Fits(c, wp[:, c.prompt]))
         held = np.flatnonzero(c.workload == g)
         sh, _ = oof_scores(c, wp[:, c.prompt], score, [h for h in range(W) if h != g], g, fits[q])
-        S.append(sh[0])
+        S.append(fold_rank(sh[0], np.ones(held.size)) if score in FITTED else sh[0])
         U.append(c.tau[held].max(1) - c.tau[held, q])
         Bs.append(c.tau[held, q])
     s, up, base = np.concatenate(S), np.concatenate(U), np.concatenate(Bs)
@@ -426,8 +474,10 @@ def frontier_points(t: BlockTable, score: str = "logistic") -> tuple[np.ndarray,
 if __name__ == "__main__":
     from bandit.logs import default_inputs, load_logs
 
+    from bandit.primary import attach_own
+
     files, said = default_inputs()
-    t = load_logs(files)
+    t = attach_own(load_logs(files))
     point = nested(t, np.ones((1, t.n_prompts)))
     print(said)
     print(

@@ -14,6 +14,7 @@ if __package__ in (None, ""):  # run as `python bandit/specselect.py`: import ou
 
     sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -77,6 +78,15 @@ class SpecSelect(BasePolicy):
     extension; the PR relies on lookup drafts rarely winning outside copy-heavy text). `choose_batch` is the
     multi-sequence rule: maximise the sum over the step's sequences of log(tokens / step time),
     no sequence more than `max_slowdown` slower than with every sequence on the model drafter.
+
+    step_time "model": the verify time per verified tokens is the Timing's (fixed); "learned": as the PR,
+    learned from the steps observed (`observe_step`, called by the live engine after every verify
+    forward and by the live replay with the Timing's time): a running mean per verified-token count,
+    starting from the Timing's value worth `time_prior` steps (steps of one pass with one draft only,
+    as the PR learns from clean steps). censored: a lookup draft not used is told only what the block
+    revealed, its accepted capped at the used draft's accepted + 1 (the live feedback); one that reaches
+    the cap matched everything revealed, so it counts no rejection (the PR compares it with the text
+    "as it comes"). The live policy (bandit/livepolicies.py) uses both; the replay reports the defaults.
     """
 
     name = "spec_select"
@@ -90,11 +100,17 @@ class SpecSelect(BasePolicy):
         lookup: Sequence[str] | None = None,
         max_slowdown: float = 0.10,
         pass_per_length: bool = True,
+        step_time: str = "model",
+        time_prior: float = 1.0,
+        censored: bool = False,
         random_state: int | None = 0,
     ):
         super().__init__(random_state)
+        if step_time not in ("model", "learned"):
+            raise ValueError(f"step_time must be 'model' or 'learned', got {step_time!r}")
         self.decay, self.prior, self.explore, self.lookup = decay, prior, explore, lookup
         self.max_slowdown, self.pass_per_length = max_slowdown, pass_per_length
+        self.step_time, self.time_prior, self.censored = step_time, time_prior, censored
 
     def reset(self, drafters, workloads, timing=None) -> None:
         super().reset(drafters, workloads, timing)
@@ -116,6 +132,10 @@ class SpecSelect(BasePolicy):
         )
         # log step time of drafter d verifying L = 0..k draft tokens (+1 bonus); lookup drafts are always computed
         self.log_step_ = np.log(self.time_.verify(np.arange(k + 1) + 1.0)[None, :] + calls[:, None]).tolist()
+        self.calls_ = calls.tolist()
+        # learned step times: (sum of ms, steps) per verified-token count 1..k+1, the Timing's worth time_prior steps
+        v0 = self.time_.verify(np.arange(k + 2, dtype=float)).tolist()
+        self.vsum_, self.vn_ = [self.time_prior * x for x in v0], [self.time_prior] * (k + 2)
         self.lookup_list_ = self.is_lookup_.tolist()
         self.models_ = np.flatnonzero(~self.is_lookup_)
 
@@ -182,6 +202,7 @@ class SpecSelect(BasePolicy):
             self._init_tables(ctx)
         s, G, k = self._state(ctx.prompt), self.G_, self.B_
         cd, cL = self.cut_
+        seen = float(accepted[chosen]) + 1.0  # the block's new tokens: the used draft's accepted + the bonus
         for d, (a, o, n, look) in enumerate(
             zip(accepted.tolist(), observed.tolist(), ctx.draft_len.tolist(), self.lookup_list_)
         ):
@@ -190,9 +211,23 @@ class SpecSelect(BasePolicy):
             a, n = int(a), min(n, k)
             if d == chosen and d == cd and 0 <= cL <= a:
                 n = cL  # the replay reveals a cut draft only up to the cut: censored, no rejection at L
+            elif self.censored and d != chosen and a >= seen:
+                n = min(a, n)  # matched every token the block revealed: censored there, no rejection
             # positions 0..a-1 accepted, position a (when drafted) rejected, later ones never reached
             s.add(d, min(a, n), min(a, n - 1) + 1, self.decay)
             G.add(d, min(a, n), min(a, n - 1) + 1, self.decay)
+
+    def observe_step(self, n_verified: int, n_drafts: int, ms: float) -> None:
+        """A verify forward of `n_verified` tokens (trunk + drafts) holding `n_drafts` drafts took `ms`: with
+        step_time "learned", the running mean of that token count moves and with it every drafter's step time."""
+        n = int(n_verified)
+        if self.step_time != "learned" or not self.B_ or n_drafts != 1 or not 1 <= n <= self.B_ + 1:
+            return
+        self.vsum_[n] += float(ms)
+        self.vn_[n] += 1.0
+        v = self.vsum_[n] / self.vn_[n]
+        for row, c in zip(self.log_step_, self.calls_):
+            row[n - 1] = math.log(v + c)
 
     # ---------------------------------------------------------------- several sequences per step
 
@@ -203,11 +238,30 @@ class SpecSelect(BasePolicy):
         hybrid/recurrent target, the PR's case), else one pass at the longest; each model
         drafter used by any sequence is called once (batched), lookup drafters always.
         """
-        t = self.time_
+        vl, look_ms, call, look = self._batch_tables()
         lens = sorted({L + 1 for _, L in choices})
-        verify = sum(float(t.verify(n)) for n in lens) if self.pass_per_length else float(t.verify(lens[-1]))
-        models = {d for d, L in choices if not self.is_lookup_[d] and L > 0}
-        return verify + float(t.drafter_ms[self.is_lookup_].sum()) + sum(float(t.drafter_ms[d]) for d in models)
+        # the same floats added in the same order as from `time_` directly: tables only save numpy's per-call cost
+        if self.pass_per_length:
+            verify = sum(vl[n] if n < len(vl) else float(self.time_.verify(n)) for n in lens)
+        else:
+            verify = vl[lens[-1]] if lens[-1] < len(vl) else float(self.time_.verify(lens[-1]))
+        models = {d for d, L in choices if not look[d] and L > 0}
+        return verify + look_ms + sum(call[d] for d in models)
+
+    def _batch_tables(self) -> tuple[list[float], float, list[float], list[bool]]:
+        """(verify ms of n = 0..k+1 tokens, the lookups' calls, each drafter's call, lookup flags) as floats,
+        computed once per k: `choose_batch` prices thousands of combinations per step."""
+        key = (self.B_, id(self.time_))
+        if getattr(self, "batch_key_", None) != key:
+            t = self.time_
+            self.batch_key_ = key
+            self.batch_tables_ = (
+                [float(t.verify(n)) for n in range(self.B_ + 2)],
+                float(t.drafter_ms[self.is_lookup_].sum()),
+                [float(t.drafter_ms[d]) for d in range(self.n_arms_)],
+                self.is_lookup_.tolist(),
+            )
+        return self.batch_tables_
 
     def choose_batch(self, ctxs: Sequence) -> list:
         """Joint choice for S sequences in one step, by brute force over each one's candidates.
@@ -217,8 +271,6 @@ class SpecSelect(BasePolicy):
         highest expected tokens; no sequence's tokens / step time may fall below (1 - max_slowdown)
         times its reference rate.
         """
-        import itertools
-
         if not self.B_:
             self._init_tables(ctxs[0])
         per_seq, ref = [], []
@@ -239,7 +291,7 @@ class SpecSelect(BasePolicy):
         base_ms = self.batch_step_ms([c for c, _ in ref])
         floor = [(1.0 - self.max_slowdown) * e / base_ms - 1e-12 for _, e in ref]
         best, best_v = [c for c, _ in ref], -math.inf
-        for combo in itertools.product(*per_seq):
+        for combo in self._shortlist(per_seq, floor):
             ms = self.batch_step_ms([c for c, _ in combo])
             rates = [e / ms for _, e in combo]
             if all(r >= f for r, f in zip(rates, floor)):
@@ -252,6 +304,49 @@ class SpecSelect(BasePolicy):
                 d = int(self.models_[self.rng_.integers(self.models_.size)])
             out.append((d, L) if self.is_lookup_[d] else d)
         return out
+
+    def _shortlist(self, per_seq: list, floor: list[float]):
+        """The combinations of `choose_batch`'s brute force that can be its answer, in product order.
+
+        Every combination's step time and feasibility are computed at once with numpy, with the same float
+        operations in the same order as `batch_step_ms` (present verify lengths added in ascending order,
+        then the lookups, then the model drafters used in ascending index, as a set of small ints iterates),
+        so they are the same numbers; the sum of log rates (numpy's log may differ from math.log in the last
+        bit) only shortlists the feasible combinations within 1e-9 of the best, which the caller then scores
+        exactly with math.log. The answer is therefore the plain brute force's, found ~10x faster.
+        """
+        vl, look_ms, call, look = self._batch_tables()
+        if len(per_seq) > 6 or any(L + 1 >= len(vl) for c in per_seq for (_, L), _ in c):
+            yield from itertools.product(*per_seq)  # too many to hold at once, or lengths past the tables
+            return
+        idx = np.indices([len(c) for c in per_seq]).reshape(len(per_seq), -1)  # C order = itertools.product's
+        N = idx.shape[1]
+        present = np.zeros((len(vl), N), bool)
+        used = np.zeros((len(call), N), bool)
+        E = np.empty((len(per_seq), N))
+        for s, cands in enumerate(per_seq):
+            d = np.array([c[0][0] for c in cands])[idx[s]]
+            L = np.array([c[0][1] for c in cands])[idx[s]]
+            present[L + 1, np.arange(N)] = True
+            used[d, np.arange(N)] |= ~np.array(look)[d] & (L > 0)
+            E[s] = np.array([e for _, e in cands])[idx[s]]
+        if self.pass_per_length:
+            verify = np.zeros(N)
+            for n in range(len(vl)):
+                verify = verify + np.where(present[n], vl[n], 0.0)
+        else:
+            verify = np.array(vl)[len(vl) - 1 - np.argmax(present[::-1], axis=0)]
+        models = np.zeros(N)
+        for d in range(len(call)):
+            models = models + np.where(used[d], call[d], 0.0)
+        R = E / ((verify + look_ms) + models)
+        ok = np.all(R >= np.array(floor)[:, None], axis=0)
+        if not ok.any():
+            return
+        V = np.where(ok, np.log(np.where(ok, R, 1.0)).sum(0), -np.inf)
+        top = V.max()
+        for i in np.flatnonzero(V >= top - 1e-9 * (1.0 + abs(top))).tolist():
+            yield tuple(per_seq[s][idx[s, i]] for s in range(len(per_seq)))
 
 
 if __name__ == "__main__":

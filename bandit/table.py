@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -61,6 +61,26 @@ class BlockTable:
     manifests: tuple[dict, ...] = ()  # the manifests of the runs read
     sources: tuple[LogSource, ...] = ()
     dense: bool = False  # every prompt has a record at every position 0..n-1
+    # What a run's live phase measured (bandit/primary.py `attach`; None without one). Per prompt, so that a
+    # resample re-chooses the primary from the prompts it draws: fixed:d's output tokens and wall ms on each
+    # live-sampled prompt (0 elsewhere), and the timing model fitted on every live decode with its per-prompt
+    # prefill term. `primary_rule` names how the primary is chosen ("" = the token proxy of the log's kind).
+    live_tokens: np.ndarray | None = None  # (P, D) float64
+    live_ms: np.ndarray | None = None  # (P, D) float64
+    prefill_ms: np.ndarray | None = None  # (P,) float64: the timing model's prefill term of each prompt
+    timing_model: Any = None  # bandit.timingmodel.TimingModel over `drafters`, or None
+    primary_rule: str = ""
+
+    def __post_init__(self):
+        # per-prompt fields must follow any re-indexing of the prompts (take_prompts does; a caller that rebuilds
+        # prompt_ids by hand must drop or carry them, or every primary chosen from them would be misread)
+        P = len(self.prompt_ids)
+        for k in ("live_tokens", "live_ms", "prefill_ms"):
+            v = getattr(self, k)
+            if v is not None and v.shape[0] != P:
+                raise ValueError(
+                    f"BlockTable.{k} has {v.shape[0]} prompts, the table {P}: re-index it with the prompts"
+                )
 
     @property
     def n_records(self) -> int:
@@ -95,10 +115,12 @@ class BlockTable:
         keep = np.asarray(keep, bool)
         new = np.cumsum(keep) - 1
         sub = self.take(keep[self.prompt])
+        per_prompt = {k: getattr(self, k)[keep] for k in PROMPT_FIELDS if getattr(self, k) is not None}
         return replace(
             sub,
             prompt=new[sub.prompt].astype(np.int32),
             prompt_ids=tuple(p for p, k in zip(self.prompt_ids, keep) if k),
+            **per_prompt,
         )
 
     def blocks(self) -> "BlockTable":
@@ -111,7 +133,9 @@ class BlockTable:
             raise KeyError(f"drafters not in the logs: {', '.join(missing)}; present: {', '.join(self.drafters)}")
         j = [self.drafters.index(n) for n in names]
         cols = {k: getattr(self, k)[:, j] for k in DRAFTER_FIELDS}
-        return replace(self, drafters=tuple(names), **cols)
+        cols |= {k: getattr(self, k)[:, j] for k in ("live_tokens", "live_ms") if getattr(self, k) is not None}
+        tm = None if self.timing_model is None else self.timing_model.select(names)
+        return replace(self, drafters=tuple(names), timing_model=tm, **cols)
 
     def summary(self) -> str:
         kind = "dense" if self.dense else "sparse"
@@ -137,6 +161,7 @@ ROW_FIELDS = (
     "target_ms",
 )
 DRAFTER_FIELDS = ("accepted", "draft_len", "expected_accepted", "features", "ms")
+PROMPT_FIELDS = ("live_tokens", "live_ms", "prefill_ms")  # per-prompt arrays (None when not attached)
 
 
 def is_dense(prompt: np.ndarray, pos: np.ndarray) -> bool:

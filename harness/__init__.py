@@ -9,7 +9,7 @@ blocks.py     shared torch pieces of the public drafters (RMSNorm, RoPE, attenti
 eagle3.py     EAGLE-3 heads (speculators / vLLM and SpecForge layouts) on target layer inputs
 dflash.py     DFlash block-diffusion drafters (z-lab layout) on target layer outputs
 convert.py    convert-checkpoint: pickled .bin/.pt weights -> safetensors, the one unpickling step
-livephase.py  the live phase after a dense sweep (every fixed drafter and best-of-N, live.jsonl)
+livephase.py  the live phase after a dense sweep (plain, fixed drafters, best-of-N, live policies; live.jsonl)
 engine.py     dense / sparse / live decoding of one prompt into block records
 rundir.py     crash-safe run directory, resume, manifest
 shards.py     shards, run-directory parts, locks, campaign identity (torch-free)

@@ -13,14 +13,16 @@ copied beside them. Nothing is overwritten: an existing output is an error. DST 
 
 from __future__ import annotations
 
+import os
 import pickle
-import shutil
 from pathlib import Path
 from typing import Annotated
 
 import torch
 import typer
-from safetensors.torch import save_file
+from safetensors.torch import save
+
+from bandit.safeio import write_file
 
 from .heads import PICKLED
 from .lm import HarnessError
@@ -75,18 +77,25 @@ def convert_checkpoint(src: str | Path, dst: str | Path) -> list[Path]:
     outs = [dst / output_name(f) for f in files]
     cfg = src_dir / "config.json"
     copy_cfg = cfg.is_file() and (dst.resolve() != src_dir.resolve())
-    taken = [p for p in outs + ([dst / "config.json"] if copy_cfg else []) if p.exists()]
+    if os.path.islink(dst):
+        raise HarnessError(f"{dst}: is a symlink: convert-checkpoint never writes through one (choose another DST)")
+    # lexists: a dangling symlink is taken too (writing there would create its target elsewhere)
+    taken = [p for p in outs + ([dst / "config.json"] if copy_cfg else []) if os.path.lexists(p)]
     if taken:
         raise HarnessError(f"{taken[0]}: already exists; convert-checkpoint never overwrites (choose another DST)")
     if len(set(outs)) != len(outs):
         raise HarnessError(f"{src}: two weight files map to one output name ({', '.join(o.name for o in outs)})")
     states = [read_pickled(f) for f in files]  # every input read before anything is written
     dst.mkdir(parents=True, exist_ok=True)
-    for f, out, state in zip(files, outs, states):
-        save_file(state, str(out), metadata={"format": "pt", "converted_from": f.name})
-    if copy_cfg:
-        shutil.copyfile(cfg, dst / "config.json")
-        outs.append(dst / "config.json")
+    try:
+        for f, out, state in zip(files, outs, states):
+            blob = save(state, metadata={"format": "pt", "converted_from": f.name})
+            write_file(out, lambda fh, b=blob: fh.write(b), replace_different=False)
+        if copy_cfg:
+            write_file(dst / "config.json", lambda fh: fh.write(cfg.read_bytes()), replace_different=False)
+            outs.append(dst / "config.json")
+    except FileExistsError as e:  # a file or symlink put there meanwhile
+        raise HarnessError(f"{e.filename}: {e.strerror}; convert-checkpoint never overwrites") from None
     return outs
 
 

@@ -43,7 +43,6 @@ device, dtype, models root, temperature, seed and the drafters defined before it
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -276,6 +275,15 @@ class SuffixDrafter(Drafter):
     tree, then the local tree's draft unless the global one scores strictly higher. conf[j] = count(next) /
     count(current node) (their product is arctic's probability).
 
+    feed= (rule=arctic only): what a finished prompt leaves in the global tree. feed=output (default, not
+    recorded): its output. feed=vllm: what vLLM's suffix proposer leaves there, the output and the tokens vLLM's
+    last step verified past it: vLLM drafts up to k tokens to the end (max_tokens does not cut its drafts) and adds
+    every token a step verified (accepted draft tokens and the bonus) before the output is cut at max_tokens or
+    after an EOS. At finish the drafter replays vLLM's walk over the output (first draft at output position 1,
+    after the prefill's token; each draft of the largest k it was asked for in the run) and, when the last draft
+    runs past the end, verifies it with the target (greedy, teacher-forced, through an EOS) for those tokens
+    (bench/vllm_crosscheck.py measures both feeds against vLLM). Greedy decoding only.
+
     Where the rules differ (each shown on a stream in tests/reference/test_suffix.py):
       * corpus: longest pools all sequences in one index; arctic drafts from the two trees separately
         (the current output counts in both) and keeps the better-scoring draft;
@@ -303,12 +311,20 @@ class SuffixDrafter(Drafter):
             raise HarnessError(f"--drafter {name}=suffix: corpus={self.corpus!r}; expected prompt or run")
         self.across_prompts = self.corpus == "run"  # drafts depend on earlier prompts' outputs
         arctic = self.rule == "arctic"
+        self.feed = str(self.settings.get("feed", "output"))  # output (not recorded) | vllm: see the class doc
+        if self.feed not in ("output", "vllm") or (self.feed == "vllm" and not arctic):
+            raise HarnessError(
+                f"--drafter {name}=suffix: feed={self.feed!r}; expected output, or vllm with rule=arctic"
+            )
+        if self.feed == "vllm" and env is not None and env.temperature > 0:
+            raise HarnessError(f"--drafter {name}=suffix: feed=vllm models vLLM's greedy decoding only (temperature 0)")
+        self._k_vllm = 0  # feed=vllm: vLLM's draft length, the largest k asked for
         self.max_depth = self._setting("max_depth", 24 if arctic else 8, int)  # longest pattern (tree depth)
         self.min_score = self._setting("min_score", 0.1, float)  # stop when prod(conf) falls below
         if arctic:
             self.spec_factor = self._setting("spec_factor", 1.0, float)  # draft <= spec_factor * match + spec_offset
             self.spec_offset = self._setting("spec_offset", 0.0, float)
-            self._check_settings({"rule", "corpus", "max_depth", "min_score", "spec_factor", "spec_offset"})
+            self._check_settings({"rule", "corpus", "max_depth", "min_score", "spec_factor", "spec_offset", "feed"})
             self.arctic = ArcticSuffixCache(self.max_depth)
         else:
             self.max_occ = self._setting("max_occ", 256, int)  # most recent occurrences followed
@@ -352,12 +368,35 @@ class SuffixDrafter(Drafter):
             self.start("", "")
             return
         if self.rule == "arctic":
-            self.arctic.finish(list(output))
+            tail = self._vllm_tail(list(output)) if self.feed == "vllm" else []
+            self.arctic.finish(list(output) + tail)
             return
         self._drop_current()
         out = list(output)
         self.seqs.append(out)
         self._add(len(self.seqs) - 1, out, 0, len(out) - 1)
+
+    def _vllm_tail(self, output: list[int]) -> list[int]:
+        """The tokens vLLM's last step verifies past `output` (see the class doc): vLLM's walk replayed on the
+        current prompt's trees (rebuilt from the prompt on: the global tree forgets the prompt's appends first)."""
+        c = self.arctic
+        if c.local is None or len(output) < 2 or self._k_vllm < 1:
+            return []
+        prompt, n = c.ids[: c.n_prompt], len(output)
+        c.drop()
+        pos = 1
+        while pos < n:
+            ctx = prompt + output[:pos]
+            c.sync(ctx, len(prompt))
+            d = c.speculate(ctx, self._k_vllm, self.spec_factor, self.spec_offset, self.min_score)[0]
+            a = common_prefix(d, output[pos:])
+            if a == n - pos:  # the draft consumed the output: the target's tokens past it decide the step's
+                ids = torch.tensor([ctx + list(d)], device=self.env.target.device)
+                with torch.no_grad():
+                    pred = self.env.target(ids).logits[0, len(ctx) - 1 :].argmax(-1).tolist()
+                return pred[a : common_prefix(d, pred) + 1]  # accepted past the end, and the bonus token
+            pos += a + 1
+        return []
 
     def info(self) -> dict:
         """corpus=run is recorded as no `corpus` at all: the manifests of runs from before the setting match."""
@@ -378,6 +417,7 @@ class SuffixDrafter(Drafter):
 
     def draft(self, pre: Prefix, k: int) -> Draft:
         true_ids = pre.ids[: len(pre.ids) - pre.speculative]
+        self._k_vllm = max(self._k_vllm, k)
         if self.rule == "arctic":
             self.arctic.sync(true_ids, pre.n_prompt)
             toks, conf, ent = self.arctic.speculate(pre.ids, k, self.spec_factor, self.spec_offset, self.min_score)
@@ -1213,7 +1253,7 @@ def _value(v: str):
 @dataclass
 class DrafterSpec:
     name: str
-    kind: str  # builtin kind, entry point name, or module.path:Class
+    kind: str  # builtin kind or installed plug-in (entry point name)
     settings: dict
 
     def __str__(self):
@@ -1236,7 +1276,7 @@ def _entry_points() -> dict:
 
 
 def parse_spec(text: str) -> DrafterSpec:
-    """NAME=KIND[:k=v,...] | NAME=module.path:Class[:k=v,...]; checks the kind exists."""
+    """NAME=KIND[:k=v,...], KIND built in or an installed plug-in's entry point; checks the kind exists."""
     where = f"--drafter {text}"
     if "=" not in text:
         raise HarnessError(f"{where}: expected NAME=KIND[:key=value,...]")
@@ -1247,14 +1287,10 @@ def parse_spec(text: str) -> DrafterSpec:
     head, _, tail = rest.partition(":")
     if head in BUILTIN or head in _entry_points():
         return DrafterSpec(name, head, parse_settings(tail, where))
-    if tail and all(part.isidentifier() for part in head.split(".")):  # module.path:Class[:settings]
-        cls, _, tail2 = tail.partition(":")
-        if cls.isidentifier():  # settings always hold "=", a class name never does
-            return DrafterSpec(name, f"{head}:{cls}", parse_settings(tail2, where))
+    # never an arbitrary module:attr: a command line must not name code to import (os:system, builtins:eval)
     raise HarnessError(
         f"{where}: unknown drafter kind {head!r}; known kinds: {', '.join(sorted(BUILTIN))}"
-        f"; entry points ({ENTRY_POINT_GROUP}): {sorted(_entry_points()) or 'none'}"
-        "; or a plug-in as module.path:ClassName"
+        f"; installed plug-ins (entry points {ENTRY_POINT_GROUP}): {sorted(_entry_points()) or 'none'}"
     )
 
 
@@ -1262,11 +1298,10 @@ def resolve_class(kind: str):
     if kind in BUILTIN:
         return BUILTIN[kind]
     eps = _entry_points()
-    if kind in eps:
-        return eps[kind].load()
-    mod, cls = kind.split(":")
+    if kind not in eps:
+        raise HarnessError(f"drafter kind {kind!r}: neither built in nor an installed plug-in ({ENTRY_POINT_GROUP})")
     try:
-        return getattr(importlib.import_module(mod), cls)
+        return eps[kind].load()
     except (ImportError, AttributeError) as e:
         raise HarnessError(f"drafter plug-in {kind!r}: cannot import: {e}") from None
 

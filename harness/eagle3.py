@@ -3,7 +3,9 @@
 Formats read (by directory contents and config.json alone; no code from the checkpoint runs,
 a `config.py` beside the weights is ignored):
 
-* speculators (`speculators_model_type: "eagle3"`, what vLLM loads): `transformer_layer_config`
+* speculators (`speculators_model_type: "eagle3"`, what vLLM loads): `speculators_config` (the
+  verifier's `name_or_path` and `proposal_methods[0].speculative_tokens`: vLLM refuses a config without
+  it; our forward needs nothing from it), `transformer_layer_config`
   (a Llama or Qwen3 config of the draft layers), `draft_vocab_size`,
   `eagle_aux_hidden_state_layer_ids`, `norm_before_residual`, `norm_before_fc`, `fc_norm`,
   `norm_output`; weights `fc.weight`, `layers.N.*`, `norm.weight`, `lm_head.weight`, optional
@@ -20,6 +22,8 @@ hidden_norm(h))` (2H wide: its q/k/v projections are 2H -> heads), with the resi
 (normed first when norm_before_residual); further layers are plain Llama/Qwen3 layers. The
 output h' (normed when norm_output) is what the next step feeds back; logits are
 `lm_head(norm(h'))` over the draft vocabulary, and draft token d is target token d + d2t[d].
+vLLM 0.32 reads layer id L as the residual stream after the last layer *before* the final norm: a
+head using id L drafts differently there (bench/vllm_heads.py gives vLLM heads on ids below L).
 
 Positions, as speculators trains: the pair (target feature at t, token x[t+1]) sits at position
 t+1 and predicts x[t+2]; chained step s after a prefix of P tokens sits at P-1+s.
@@ -231,11 +235,20 @@ def write_random(
     num_layers: int = 1,
     model_type: str = "llama",
     seed: int = 0,
+    verifier: str | Path | None = None,
+    speculative_tokens: int = 3,
 ) -> Path:
     """A random EAGLE-3 head for `target` in a public layout ("speculators" or "eagle3", the original
     EAGLE-3 / SpecForge one), for tests and benches: written as those tools write it (config.json and
     model.safetensors), read back only through `load`. draft_vocab < the target's: a d2t/t2d map
-    over the target's first tokens and a random subset of the rest."""
+    over the target's first tokens and a random subset of the rest.
+
+    The speculators layout is what speculators 0.9 `save_pretrained` writes and what vLLM 0.32 loads
+    (tests/reference/test_eagle3_layout.py reads it with speculators, tests/reference/test_vllm_heads.py
+    decodes with it in vLLM): `speculators_config` names the verifier (`verifier`: the target's directory,
+    by default the one it was loaded from; vLLM serves that model when given the head's directory alone)
+    and the draft length vLLM then uses (`speculative_tokens`); the target's embedding is stored as
+    `embed_tokens.weight`, as speculators stores it, so that its loader starts from no random tensor."""
     head = target.get_output_embeddings().weight
     V, H = int(head.shape[0]), int(head.shape[1])
     Vd = draft_vocab or V
@@ -282,14 +295,8 @@ def write_random(
         t2d[keep] = True
         state["t2d"] = t2d
     if layout == "speculators":
-        cfg = {
-            "architectures": ["Eagle3DraftModel"],
-            "speculators_model_type": "eagle3",
-            "transformer_layer_config": layer,
-            "draft_vocab_size": Vd,
-            "eagle_aux_hidden_state_layer_ids": list(layer_ids),
-            **{k: opts[k] for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")},
-        }
+        state["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().float().cpu().contiguous()
+        cfg = speculators_config(target, layer, opts, layer_ids, verifier, speculative_tokens)
     elif layout == "eagle3":
         cfg = {
             **layer,
@@ -305,3 +312,43 @@ def write_random(
     (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     return path
+
+
+def speculators_config(target, layer: dict, opts: dict, layer_ids, verifier, speculative_tokens: int) -> dict:
+    """config.json of the speculators layout, as speculators 0.9's Eagle3SpeculatorConfig saves it. vLLM 0.32
+    recognises a speculators checkpoint by `speculators_config` (a config without it has no model_type for
+    transformers' AutoConfig: "Unrecognized model"), and reads `proposal_methods[0].speculative_tokens`
+    and `verifier.name_or_path` from it (vllm/transformers_utils/configs/speculators/base.py)."""
+    if verifier is None:
+        verifier = getattr(target, "name_or_path", None) or getattr(target.config, "_name_or_path", None) or None
+    if verifier is not None and Path(verifier).is_dir():  # a relative directory would depend on the cwd
+        verifier = Path(verifier).resolve()
+    if speculative_tokens < 1:
+        raise ValueError(f"speculative_tokens={speculative_tokens}: must be >= 1")
+    t_hidden = int(target.get_output_embeddings().weight.shape[1])
+    arch = list(getattr(target.config, "architectures", None) or [type(target).__name__])
+    return {
+        "architectures": ["Eagle3DraftModel"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {
+                    "proposal_type": "greedy",
+                    "speculative_tokens": int(speculative_tokens),
+                    "accept_tolerance": 0.0,
+                    "verifier_accept_k": 1,
+                }
+            ],
+            "verifier": {"name_or_path": None if verifier is None else str(verifier), "architectures": arch},
+        },
+        "transformer_layer_config": layer,
+        "draft_vocab_size": opts["draft_vocab_size"],
+        "target_hidden_size": t_hidden,
+        "eagle_aux_hidden_state_layer_ids": list(layer_ids),
+        "embed_requires_grad": False,
+        "tie_word_embeddings": False,
+        **{k: opts[k] for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")},
+    }

@@ -7,9 +7,14 @@
   trajectory every drafter drafts from the identical prefix and the target verifies all
   drafts in one forward; the behaviour drafter's draft advances the output.
 * live: real speculative decoding with one drafter, or with a policy choosing a drafter
-  per block (only the chosen drafter is observed), or best-of-N (`best_of_n=True`: every
-  drafter drafts, one tree forward verifies all drafts, the longest accepted one advances
-  the output; ties go to the first drafter); wall times per block.
+  per block, or best-of-N (`best_of_n=True`: every drafter drafts, one tree forward verifies
+  all drafts, the longest accepted one advances the output; ties go to the first drafter);
+  wall times per block. Under a policy the lookup drafters (LOOKUP_KINDS) draft at every block
+  with room for a draft, before it chooses (their lengths and features are in its Context, their
+  calls are timed and counted), only the chosen draft is verified, and the policy is told the chosen drafter's
+  acceptance, or, when it is `full_information`, also each lookup's, censored to what the block
+  revealed (the common prefix of its draft with the block's new tokens); a policy with
+  `observe_step(n_verified, n_drafts, ms)` is given each verify forward's measured time.
 
 Draft length at output position pos is min(k, max_new_tokens - 1 - pos) in every mode, so a
 block never overruns the budget and the three modes see the same prefixes and drafts.
@@ -34,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bandit.schema import LOOKUP_KINDS, Context, Timing, draft_features
+from bandit.schema import EMPTY_DRAFT_FEATURES, LOOKUP_KINDS, Context, Timing, draft_features
 
 from .drafters import common_prefix, Draft, Prefix, Sequence, feature_layers
 from .lm import LAST, HarnessError
@@ -90,6 +95,13 @@ def draft_record(d: Draft, accepted: int, exp_acc: float | None, ms: float | Non
     return rec
 
 
+def record_features(d: Draft) -> np.ndarray:
+    """(4,) FEATURES of a draft from its conf and entropy rounded as its record rounds them (`draft_record`):
+    what a replay of the log reads, to the last bit."""
+    r = draft_record(d, 0, None, None)
+    return np.asarray(draft_features(r["conf"], r["entropy"]))
+
+
 @dataclass
 class PromptResult:
     records: list[dict]
@@ -110,6 +122,7 @@ class Engine:
         workloads: list[str] = (),
         best_of_n: bool = False,
         check: bool = False,
+        timing: Timing | None = None,
     ):
         cfg.check(list(drafters))
         self.target, self.drafters, self.cfg, self.policy = target, drafters, cfg, policy
@@ -127,11 +140,11 @@ class Engine:
                 f"--mode live runs one drafter, or a --policy choosing among several; "
                 f"got {len(drafters)} drafters and no policy"
             )
+        self.lookups = [n for n in self.names if getattr(drafters[n], "kind", "") in LOOKUP_KINDS]
         if policy is not None:  # bandit.schema's Policy protocol passes a Timing; a minimal policy may not take it
             params = inspect.signature(policy.reset).parameters
             if len(params) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params.values()):
-                lookup = tuple(n for n in self.names if getattr(drafters[n], "kind", "") in LOOKUP_KINDS)
-                policy.reset(self.names, self.workloads, Timing(k=cfg.k, lookup=lookup))
+                policy.reset(self.names, self.workloads, timing or Timing(k=cfg.k, lookup=tuple(self.lookups)))
             else:
                 policy.reset(self.names, self.workloads)
 
@@ -258,16 +271,22 @@ class Engine:
             _put(fbuf, 0, f)
             c = len(prompt) - 1
         D = len(self.names)
+        pol = self.policy if not only else None
+        full = bool(getattr(pol, "full_information", False))
+        observe_step = getattr(pol, "observe_step", None)
         prev_acc, prev_feat = np.full(D, np.nan), np.full((D, 4), np.nan)
         recs, timings = [], {"verify": [], "draft": {n: [] for n in self.names}, "prefill_ms": now_ms(dev) - t0}
+        if pol is not None:
+            timings["chosen"] = []  # the drafter whose draft was verified, per block
         wl_i = self.workloads.index(wl) if wl in self.workloads else -1
         while len(y) < cfg.max_new_tokens:
             pos = len(y)
             k = min(cfg.k, cfg.max_new_tokens - 1 - pos)
             pre = Prefix(ids, len(prompt), fbuf[LAST], pkey, T, 0, fbuf)
-            drafts, ms = {}, {}
-            dlen = np.full(D, float(k))
-            if self.policy is not None and not only:  # lookup drafts are cheap and known before choosing
+            drafts, ms, uncut = {}, {}, {}
+            dlen, dfeat = np.full(D, k, np.int32), None  # int32, as the log's draft_len column (a replay's ctx)
+            if pol is not None:  # lookup drafts are cheap and known before choosing: made (and timed) at every block
+                dfeat = np.full((D, 4), np.nan)
                 for i, n in enumerate(self.names):
                     kind = getattr(self.drafters[n], "kind", "")
                     if kind in LOOKUP_KINDS and k > 0:
@@ -275,11 +294,15 @@ class Engine:
                         drafts[n] = self.drafters[n].draft(pre, k)
                         ms[n] = now_ms(dev) - t0
                         dlen[i] = len(drafts[n].tokens)
+                        dfeat[i] = record_features(drafts[n])
+                    elif kind in LOOKUP_KINDS:  # no room for a draft: an empty one's features, as the log has them
+                        dfeat[i] = EMPTY_DRAFT_FEATURES
                     elif kind == "medusa":
                         dlen[i] = min(k, self.drafters[n].heads.cfg.num_heads)
                     elif getattr(self.drafters[n], "max_len", None):  # one-pass drafters (dflash)
                         dlen[i] = min(k, self.drafters[n].max_len)
-            ctx = Context(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy(), dlen)
+            looked = list(drafts)  # the lookups drafted before choosing
+            ctx = Context(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy(), dlen, dfeat)
             order, cut = ([only], None) if only else self._order(ctx)
             for n in order:
                 if n not in drafts:
@@ -287,11 +310,14 @@ class Engine:
                     drafts[n] = self.drafters[n].draft(pre, k) if k > 0 else Draft.empty()
                     ms[n] = now_ms(dev) - t0
                 if cut is not None and cut < len(drafts[n].tokens):
-                    d = drafts[n]
+                    d = uncut[n] = drafts[n]
                     drafts[n] = Draft(d.tokens[:cut], d.conf[:cut], d.entropy[:cut], None if d.q is None else d.q[:cut])
                 if len(drafts[n].tokens) > k:
                     raise HarnessError(f"drafter {n}: drafted {len(drafts[n].tokens)} tokens, asked for <= {k}")
                 timings["draft"][n].append(ms[n])
+            for n in looked:  # a lookup not chosen was still drafted: its call counts
+                if n not in order:
+                    timings["draft"][n].append(ms[n])
             trunk = ids[c:]
             t0 = now_ms(dev)
             verdicts, tf, cf = tgt.verify(
@@ -300,6 +326,8 @@ class Engine:
             target_ms = now_ms(dev) - t0
             n_verified = len(trunk) + sum(len(drafts[n].tokens) for n in order)
             timings["verify"].append((n_verified, len(order), target_ms))
+            if observe_step is not None:
+                observe_step(n_verified, len(order), target_ms)
             j = max(range(len(order)), key=lambda i: (verdicts[i].accepted, -i)) if self.best_of_n else 0
             v0 = verdicts[j]
             a = v0.accepted
@@ -322,11 +350,18 @@ class Engine:
                 rec["drafts"][n] = dr = draft_record(d, v.accepted, ea, ms[n])
                 i = self.names.index(n)
                 acc[i], obs[i] = v.accepted, True
-                prev_feat[i] = draft_features(dr["conf"], dr["entropy"])  # as logged, so replay sees the same
+                # as logged, so that replay sees the same; a cut draft: the features of what was drafted
+                prev_feat[i] = record_features(uncut[n]) if n in uncut else draft_features(dr["conf"], dr["entropy"])
             rec["target_ms"] = _r(target_ms, 3)
             recs.append(rec)
-            if self.policy is not None and not only:
-                self.policy.update(ctx, self.names.index(order[j]), acc, obs)
+            if pol is not None:
+                if full:  # the lookups not chosen are compared with what the block revealed: their common prefix
+                    for n in looked:
+                        i = self.names.index(n)
+                        if not obs[i]:
+                            acc[i], obs[i], prev_feat[i] = common_prefix(drafts[n].tokens, new), True, dfeat[i]
+                timings["chosen"].append(order[j])
+                pol.update(ctx, self.names.index(order[j]), acc, obs)
             prev_acc = acc
             prev_feat = np.where(obs[:, None], prev_feat, np.nan)
             ids += new

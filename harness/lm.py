@@ -65,7 +65,11 @@ def resolve_model_dir(spec: str, root: str | None = None, what: str = "model") -
     for p in tried:
         if p.is_dir():
             if not any(p.glob("*.safetensors")):
-                raise HarnessError(f"{what} {spec!r}: {p} has no *.safetensors weights (only safetensors are loaded)")
+                pickled = sorted(q.name for q in p.iterdir() if q.suffix in (".bin", ".pt", ".pth"))
+                hint = f"; convert its {pickled[0]} once: specbandit convert-checkpoint {p} DST" if pickled else ""
+                raise HarnessError(
+                    f"{what} {spec!r}: {p} has no *.safetensors weights (only safetensors are loaded){hint}"
+                )
             return p
     roots = "--models, $" + ", $".join(MODELS_ENV)
     raise HarnessError(

@@ -55,8 +55,11 @@ class Actor:
     def run(self, items):
         yield from self.worker.run_items(items)
 
-    def live(self, prompts, outputs, chosen, done):
-        yield from self.worker.live(prompts, outputs, chosen, done)
+    def live(self, prompts, outputs, chosen, done, policies=None, workloads=(), timing=None):
+        yield from self.worker.live(prompts, outputs, chosen, done, policies, workloads, timing)
+
+    def policy_timing(self, prompts, outputs, chosen):
+        return self.worker.policy_timing(prompts, outputs, chosen)
 
     def time_verify(self, prefixes, k, n_drafts):
         return self.worker.time_verify(prefixes, k, n_drafts)
@@ -72,7 +75,7 @@ def _one_line(e: BaseException) -> str:
 
 class Pool:
     """The actors of one campaign, with the driver's side of the queue (the interface of a local Worker:
-    `info`, `run`, `live`, `time_verify`, `calibrate`, `close`)."""
+    `info`, `run`, `live`, `policy_timing`, `time_verify`, `calibrate`, `close`)."""
 
     def __init__(self, plan: Plan, address: str | None, workers: int = 0):
         self.ray = ray = import_ray()
@@ -238,9 +241,13 @@ class Pool:
         return True
 
     # ---- after the sweep: on one actor ----
-    def live(self, prompts, outputs, chosen, done):
-        for ref in self.slots[0].live.remote(prompts, outputs, chosen, done):
+    def live(self, prompts, outputs, chosen, done, policies=None, workloads=(), timing=None):
+        """The live decodes on one actor (the policies, made by the driver, travel pickled and learn there)."""
+        for ref in self.slots[0].live.remote(prompts, outputs, chosen, done, policies, workloads, timing):
             yield self._get(ref)
+
+    def policy_timing(self, prompts, outputs, chosen):
+        return self._get(self.slots[0].policy_timing.remote(prompts, outputs, chosen))
 
     def time_verify(self, prefixes, k, n_drafts):
         return self._get(self.slots[0].time_verify.remote(prefixes, k, n_drafts))

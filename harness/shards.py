@@ -71,6 +71,9 @@ class Shard:
         return shard_of(workload, prompt_id, self.count) == self.index
 
 
+MAX_SHARDS = 1 << 16  # shards of one campaign; the sweep also refuses more shards than prompts
+
+
 def parse_shard(text: str) -> Shard:
     """`I/N` with 0 <= I < N."""
     i, sep, n = str(text).partition("/")
@@ -78,8 +81,8 @@ def parse_shard(text: str) -> Shard:
         shard = Shard(int(i), int(n)) if sep else None
     except ValueError:
         shard = None
-    if shard is None or not 0 <= shard.index < shard.count:
-        raise CampaignError(f"--shard {text}: expected I/N with 0 <= I < N (e.g. 0/2)")
+    if shard is None or not 0 <= shard.index < shard.count <= MAX_SHARDS:
+        raise CampaignError(f"--shard {text}: expected I/N with 0 <= I < N <= {MAX_SHARDS} (e.g. 0/2)")
     return shard
 
 

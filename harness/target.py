@@ -63,24 +63,36 @@ class Target:
             return lm.forward(self.model, t, cache, hidden=True)
         return lm.forward(self.model, t, cache, taps=taps)
 
-    def generate(self, prompt: list[int], max_new: int, pkey: int, taps=None):
+    def generate(self, prompt: list[int], max_new: int, pkey: int, taps=None, timings: dict | None = None):
         """Token-by-token output y (stops after EOS) and the target features at positions
         0..len(prompt)+len(y)-2. Returns (y, feats, cache over those positions): feats is the
-        "last" hidden state (N, H), or {key: (N, H)} for the keys in `taps`."""
+        "last" hidden state (N, H), or {key: (N, H)} for the keys in `taps`. `timings` (a dict, the
+        live phase's `plain` configuration): gets the prefill's ms ("prefill_ms") and (1, 1, ms) per
+        one-token forward after it ("verify"), as the live engine times its forwards."""
         cache = lm.new_cache()
         dev = self.device
+        clock = (lambda: now_ms(dev)) if timings is not None else (lambda: 0.0)
+        steps: list = []
         feats, y = [], []
+        t0 = clock()
         if len(prompt) > 1:  # the live loop's prefill, so that both make the same forwards
             feats.append(self._fwd(prompt[:-1], cache, taps)[1])
+        t1 = clock()
+        prefill_ms = t1 - t0
         logits, f = self._fwd(prompt[-1:], cache, taps)
+        steps.append((1, 1, clock() - t1))
         feats.append(f)
         for t in range(max_new):
             tok = choose(logits[-1:], self.T, pkey, torch.tensor([t], device=dev))
             y.append(int(tok))
             if y[-1] in self.eos or t + 1 == max_new:
                 break
+            t1 = clock()
             logits, f = self._fwd([y[-1]], cache, taps)
+            steps.append((1, 1, clock() - t1))
             feats.append(f)
+        if timings is not None:
+            timings.update(prefill_ms=prefill_ms, verify=steps, draft={})
         return y, _cat(feats), cache
 
     # -------------------------------------------------------------------- verification

@@ -126,11 +126,18 @@ class Worker:
                 yield tag, res
 
     # ---- after the sweep: the live phase and the timing calibration ----
-    def live(self, prompts, outputs, chosen, done):
+    def live(self, prompts, outputs, chosen, done, policies=None, workloads=(), timing=None):
         """The live phase's decodes (livephase.decode) on fresh drafters: (workload, prompt_id, lines)."""
         cfg = self.plan.config()
         fresh = build_drafters(self.plan.specs, self.env)  # the dense phase's hold the state of its end
-        yield from livephase.decode(self.target, fresh, prompts, outputs, cfg, chosen, done)
+        yield from livephase.decode(
+            self.target, fresh, prompts, outputs, cfg, chosen, done, policies, workloads, timing
+        )
+
+    def policy_timing(self, prompts, outputs, chosen) -> dict:
+        """The live policies' timing, measured before the live decodes (livephase.measure), on fresh drafters."""
+        fresh = build_drafters(self.plan.specs, self.env)
+        return livephase.measure(self.target, fresh, prompts, outputs, self.plan.config(), chosen)
 
     def time_verify(self, prefixes, k: int, n_drafts: int):
         return time_verify(self.target, prefixes, k, n_drafts)

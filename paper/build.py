@@ -2,7 +2,9 @@
 
 No number in README.md, paper/draft.md or NEGATIVE_RESULTS.md is typed by hand: they are rendered here
 from the published campaign's derived outputs (`<run>/ci.json`, `breakeven.txt`, `core.txt`, `selector.txt`,
-`wallclock.json`, `coverage.json`; the campaign is named in `paper/campaign.txt`),
+`wallclock.json`, `coverage.json`; the campaign is named in `paper/campaign.txt`). The results open with the
+live verdicts' one table (bandit/verdicts.py renders it from ci.json: does choosing pay, measured?); the
+token proxies follow, each saying what it stands in for,
 with each number's label and CI (NEGATIVE_RESULTS.md from the template paper/negative_results.md, whose
 figures are {{ci:NAME}} / {{line:FILE:WORDS}} quotes).
 `tests/test_generated_docs.py` fails when the committed text drifts from what this prints.
@@ -24,6 +26,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tables of bandit/verdicts.py and bandit/wallclock.py, one renderer each
+
+from bandit import verdicts, wallclock
+
 BEGIN, END = "<!-- specbandit:generated:begin -->", "<!-- specbandit:generated:end -->"
 TEMPLATE = ROOT / "paper" / "template.md"
 CAMPAIGN_FILE = ROOT / "paper" / "campaign.txt"
@@ -76,6 +82,22 @@ def load(runs: Path) -> tuple[dict[str, dict], list[dict]]:
     return {e["name"]: e for e in entries}, entries
 
 
+def primary_said(by: dict[str, dict]) -> str:
+    """Which drafter is the primary and by which rule (bandit/primary.py), as far as ci.json says: the fastest fixed
+    drafter measured live where the live verdicts cover every drafter, else the token proxy."""
+    drafters = {m[2] for n in by if (m := re.fullmatch(r"tokens_per_pass\[(.+)\]\[(.+)\]", n))}
+    fixed = {e["config"][len("fixed:") :] for n, e in by.items() if n.startswith("live_tokens_per_s[fixed:")}
+    ch = by.get("live_speedup_over_fastest_fixed[plain]") or next(
+        (e for n, e in by.items() if n.startswith("live_speedup_over_fastest_fixed[")), None
+    )
+    if ch and drafters and drafters <= fixed:
+        return (
+            f"The primary: {ch['fastest_fixed'][len('fixed:') :]}, the fastest fixed drafter measured live (highest "
+            "measured tokens/s pooled over the live sample), re-chosen in every resample."
+        )
+    return "The primary: the drafter with the most tokens per target pass (token proxy), re-chosen in every resample."
+
+
 def provenance(by: dict[str, dict], runs: Path) -> str:
     e = by["per_block_gap"]
     files = ", ".join(f"`{i['path']}` (sha256 `{i['sha256'][:12]}`)" for i in e["inputs"])
@@ -87,26 +109,93 @@ def provenance(by: dict[str, dict], runs: Path) -> str:
         f'trajectory starts on a dense log ({e["n_blocks"]} blocks; docs/DESIGN.md, "Which blocks"), the logged '
         f"block starts on a sparse one. Intervals: 95% {e['method']} bootstrap over {e['unit']} clusters resampled "
         f"within workloads, {e['n_resamples']} resamples{refit}, seed {e['seed']}; the primary, its block set and "
-        "every selector choice are remade in every resample."
+        "every selector choice are remade in every resample. " + primary_said(by)
     )
 
 
-HEADLINE = [
-    ("per-block oracle gap (accepted tokens, at the primary's block starts)", "per_block_gap", True),
-    ("workload-level hindsight headroom (tokens per target pass)", "workload_headroom", True),
-    ("trajectory (shortest-path) oracle gain (tokens per target pass)", "trajectory_oracle_gain", True),
-    ("greedy per-block oracle gain (tokens per target pass)", "greedy_oracle_gain", True),
-    ("selector frontier area, logistic, pooled (0.5 = random)", "selector_frontier_area", False),
-    ("selector token gain over the primary (LOWO operating point)", "selector_token_gain", True),
-    ("selector redraft rate", "selector_redraft_rate", False),
+HEADLINE = [  # (what the number is; what it is a proxy for), its ci.json name, shown as a percentage
+    (
+        "per-block oracle gap (accepted tokens at the primary's block starts); proxy for what choosing the drafter "
+        "per block could add per block, before any drafting cost",
+        "per_block_gap",
+        True,
+    ),
+    (
+        "workload-level hindsight headroom (tokens per target pass); proxy for the speed a per-workload choice of "
+        "one drafter could add if every drafter cost the same",
+        "workload_headroom",
+        True,
+    ),
+    (
+        "trajectory (shortest-path) oracle gain (tokens per target pass); proxy for the most any per-block policy "
+        "could gain if drafting were free",
+        "trajectory_oracle_gain",
+        True,
+    ),
+    (
+        "greedy per-block oracle gain (tokens per target pass); proxy for what a perfect per-block chooser gains "
+        "if drafting were free",
+        "greedy_oracle_gain",
+        True,
+    ),
+    (
+        "selector frontier area, logistic, pooled (0.5 = random); proxy for whether its signal ranks blocks well "
+        "enough to pay for re-drafting",
+        "selector_frontier_area",
+        False,
+    ),
+    (
+        "selector token gain over the primary (LOWO operating point); proxy for its speedup before the cost of "
+        "its extra drafts",
+        "selector_token_gain",
+        True,
+    ),
+    (
+        "selector redraft rate (share of blocks re-drafted: what its extra cost scales with)",
+        "selector_redraft_rate",
+        False,
+    ),
     ("selector capture (of its alternatives' gap)", "selector_capture", False),
     ("selector skill (capture / redraft rate)", "selector_skill", False),
-    ("selector speedup over the primary alone (cost model)", "selector_speedup", False),
+    ("selector speedup over the primary alone (modelled wall clock)", "selector_speedup", False),
 ]
 
 
+def live_block(by: dict[str, dict], runs: Path) -> str:
+    """The results' opening: the live verdicts' one table, then every configuration's (bandit/verdicts.py)."""
+    text = verdicts.report(by)
+    if not text:
+        why = (
+            f"`{rel(runs)}/live.jsonl` exists but ci.json predates the live verdicts (run `python bandit/ci.py`)"
+            if (runs / "live.jsonl").is_file()
+            else "the campaign has no live phase (`sweep.py --live-prompts N` decodes one)"
+        )
+        return (
+            f"No live verdicts in `{rel(runs)}/ci.json`: {why}, so no measured speedup is shown here and every "
+            "number below is a token proxy or a model."
+        )
+    live = next(e for n, e in by.items() if n.startswith("live_tokens_per_s["))
+    src = live["inputs"][-1]
+    plain = any(n.startswith("live_speedup_over_plain[") for n in by)
+    gone = (
+        "" if plain else " The live phase decoded no `plain` configuration, so no speedup over plain decoding exists."
+    )
+    return (
+        text
+        + f"\n\nFrom `{rel(runs)}/ci.json` (`python bandit/ci.py`; `python bandit/verdicts.py` prints these tables), "
+        f"computed from `{src['path']}` (sha256 `{src['sha256'][:12]}`): {live['n_clusters']} prompts, "
+        f"{live['n_resamples']} resamples, seed {live['seed']}.{gone}"
+    )
+
+
 def headline_table(by: dict[str, dict]) -> str:
-    out = ["| number | value | 95% CI | label |", "|---|---|---|---|"]
+    out = [
+        "Token proxies: what the logs say in tokens, with no time in them. Each explains part of the measured "
+        "verdicts above and says what it is a proxy for:",
+        "",
+        "| number | value | 95% CI | label |",
+        "|---|---|---|---|",
+    ]
     for text, name, pct in HEADLINE:
         if name in by:
             e = by[name]
@@ -239,13 +328,15 @@ def wallclock_block(runs: Path) -> str:
         return f"(no `{rel(runs)}/wallclock.json`: run `python bandit/wallclock.py`)"
     w = json.loads(path.read_text())
     same, agree = w["same_as_dense"], w["passes_agree"]
+    rule = next((e["speedup_over_primary"].get("rule") for e in w["entries"] if "speedup_over_primary" in e), None)
     out = [
-        f"Wall clock: tokens/s of every configuration decoded in the live phase of `{w['run']}`, predicted from "
-        "the dense log by the timing model fitted on the live decodes of the other prompts [MODEL] (and by a fit "
-        "that never saw the configuration's own decodes), against the "
+        f"Wall clock: is the timing model right? Tokens/s of every configuration decoded in the live phase of "
+        f"`{w['run']}`, predicted from the dense log by the timing model fitted on the live decodes of the other "
+        "prompts [MODEL] (and by a fit that never saw the configuration's own decodes), against the "
         f"measured [MEASURED] (`python bandit/wallclock.py` -> `{rel(runs)}/wallclock.json`, `wallclock.png`; "
         f'docs/DESIGN.md, "Wall clock"). Live outputs equal to the dense phase\'s: {same[0]} of {same[1]} decodes; '
-        f"target passes equal to the dense-log walk's: {agree[0]} of {agree[1]}. Intervals: {w['ci']}.",
+        f"target passes, verified tokens and drafter calls equal to the dense-log walk's (a policy's: its replay's): "
+        f"{agree[0]} of {agree[1]}. Intervals: {w['ci']}." + (f" The primary: {rule}." if rule else ""),
         "",
         "| configuration | predicted tokens/s [MODEL] | measured tokens/s [MEASURED] | measured / predicted | "
         "measured / predicted, fit without the configuration's decodes | "
@@ -263,6 +354,10 @@ def wallclock_block(runs: Path) -> str:
             f"{e['measured_ci'][1]:.1f}] | {e['measured_over_predicted']:.3f} [{e['ratio_ci'][0]:.3f}, "
             f"{e['ratio_ci'][1]:.3f}] | {held(e)} | {spc} | {e['n_prompts']} |"
         )
+    if any("choices" in e for e in w["entries"]):
+        out += ["", wallclock.choices_text(w["entries"])]
+    if (w.get("cost_models") or {}).get("rows"):
+        out += ["", wallclock.cost_model_text(w["cost_models"])]
     return "\n".join(out)
 
 
@@ -279,6 +374,7 @@ def results_block(runs: Path) -> str:
     return "\n\n".join(
         [
             "## Results on the default campaign",
+            live_block(by, runs),
             provenance(by, runs),
             headline_table(by),
             grid_table(

@@ -126,3 +126,24 @@ def test_large_integers_survive_every_reader_exactly(tmp_path):
     want = [2**53 + 1, 2**53 + 2, 2**62 + 1]
     assert [int(x) for x in load_logs([tmp_path]).block] == want  # the bulk path, not via float64
     assert [int(x) for x in load_logs_reference([tmp_path]).block] == want
+
+
+def test_the_published_campaign_is_the_default_and_latest_the_newest(root, monkeypatch):
+    """With no paths, the run paper/campaign.txt names (issue 24): a newer complete run is read only when asked
+    for with --latest (`latest=True`) or named; a campaign.txt naming no complete run falls back to the newest."""
+    from bandit import logs
+
+    repo = root.parent
+    (repo / "paper").mkdir()
+    monkeypatch.setattr(logs, "REPO", repo)
+    monkeypatch.setattr(logs, "PUBLISHED", repo / "paper" / "campaign.txt")
+    monkeypatch.chdir(repo)
+    logs.PUBLISHED.write_text("runs/a\n")
+    d, files, said = default_campaign()
+    assert str(d) == "runs/a" and "published campaign, paper/campaign.txt" in said
+    d, _, said = default_campaign(latest=True)
+    assert str(d) == "runs/scratch/b" and "newest complete" in said
+    _measured(root / "a", "2026-01-01T00:00:00Z", complete=False)  # the published run unfinished: not read
+    assert str(default_campaign()[0]) == "runs/scratch/b"
+    logs.PUBLISHED.write_text("runs/nowhere\n")
+    assert str(default_campaign()[0]) == "runs/scratch/b"

@@ -9,7 +9,9 @@ import torch
 from typer.testing import CliRunner
 
 import sweep
+from bandit.livepolicies import LIVE_POLICIES
 from bandit.logs import load_logs
+from harness import livephase
 from harness.tiny import make_model, make_tokenizer, make_zoo, save_model, write_workload_file
 
 torch.set_num_threads(1)
@@ -178,12 +180,13 @@ def test_live_mode_run(zoo, tmp_path):
     assert code == 1 and "one drafter" in text
     # a policy from bandit/policies.py chooses among all drafters, one observed per block
     out = tmp_path / "live3"
-    code, text = _cli(_base(zoo, out, "--mode", "live", "--policy", "bandit.policies:Random:random_state=0"))
+    code, text = _cli(_base(zoo, out, "--mode", "live", "--policy", "random:random_state=0"))
     assert code == 0, text
     recs = [json.loads(x) for x in (out / "blocks_live.jsonl").read_text().splitlines()]
     assert all(len(r["drafts"]) == 1 for r in recs) and len({n for r in recs for n in r["drafts"]}) > 2
-    code, text = _cli(_base(zoo, tmp_path / "live4", "--mode", "live", "--policy", "bandit.policies:Nope"))
-    assert code == 1 and "cannot import" in text
+    for bad in ("bandit.policies:Random", "os:system", "nope"):  # never a module:attr named on the command line
+        code, text = _cli(_base(zoo, tmp_path / "live4", "--mode", "live", "--policy", bad))
+        assert code == 1 and "unknown policy" in text, text
 
 
 def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
@@ -214,5 +217,6 @@ def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
     assert m["drafters"]["draft"]["settings"]["path"] == "zoo/draft"  # repository-relative: manifests travel
     assert m["drafters"]["cascade"]["settings"]["of"] == "draft+ngram"
     live = [json.loads(x) for x in (run / "live.jsonl").read_text().splitlines()]
-    assert len(live) == len(sweep.DEFAULT_WORKLOADS) * (len(sweep.DEFAULT_DRAFTERS) + 1)  # one prompt per workload
-    assert {r["config"] for r in live} >= {"best_of_n", "fixed:ngram"} and m["live"]["prompts"] == 4
+    configs = livephase.configurations([s.split("=")[0] for s in sweep.DEFAULT_DRAFTERS], LIVE_POLICIES)
+    assert [r["config"] for r in live] == configs * len(sweep.DEFAULT_WORKLOADS)  # one prompt per workload
+    assert {"plain", "best_of_n", "fixed:ngram", "policy:selector"} <= set(configs) and m["live"]["prompts"] == 4

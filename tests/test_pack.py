@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import bandit.logs as logs
-from bandit import columnar
+from bandit import columnar, logcache, safeio
 from bandit.logs import LogError, expand_paths, load_logs, pack
 from bandit.simulate import SimConfig, write_sim_run
 from bandit.table import ROW_FIELDS
@@ -28,7 +28,7 @@ def cache_env(tmp_path, monkeypatch):
     """The cache on, its fallback directory in tmp, HOME too (nothing lands in the real ~/.cache)."""
     monkeypatch.setenv("SPECBANDIT_CACHE", str(tmp_path / "cachedir"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(columnar, "CACHE_MIN_RECORDS", 0)
+    monkeypatch.setattr(logcache, "CACHE_MIN_RECORDS", 0)
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def test_unwritable_directory_falls_back_to_the_cache_dir(run, monkeypatch, tmp_
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real_open(path, *a, **k)
 
-    monkeypatch.setattr(columnar.os, "open", refuse)
+    monkeypatch.setattr(safeio.os, "open", refuse)
     seen = _parses(monkeypatch)
     t = load_logs([run])
     sha = t.sources[0].sha256
@@ -120,7 +120,7 @@ def test_cache_off_writes_nothing(run, monkeypatch, tmp_path):
 
 
 def test_small_logs_are_not_cached(tmp_path, monkeypatch):
-    monkeypatch.setattr(columnar, "CACHE_MIN_RECORDS", 1000)
+    monkeypatch.setattr(logcache, "CACHE_MIN_RECORDS", 1000)
     path = _write(tmp_path, _records(6))
     load_logs([path])
     assert not list(tmp_path.rglob("*.parquet"))
