@@ -46,6 +46,9 @@ REPO = Path(__file__).resolve().parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bandit.errors import boundary  # after the path: our bandit, not a namesake
+from harness.options import RANGE  # torch-free: the ranges --help states
+
 # ---- The embedded default (the zoo issue provides the models; tune the sizes here) ----
 DEFAULT_PROMPTS_PER_WORKLOAD = 240  # prompts per workload in the dense phase of `python sweep.py`; sized to leave room for the live phase: both together took about 10 min on 2 CPU cores
 DEFAULT_MAX_NEW_TOKENS = 128  # output tokens per prompt
@@ -103,6 +106,7 @@ def _load_policy(spec: str):
     from importlib.metadata import entry_points
 
     from bandit.policies import ALL
+    from harness import options
     from harness.drafters import parse_settings
 
     name, _, settings = spec.partition(":")
@@ -110,7 +114,9 @@ def _load_policy(spec: str):
     if name not in known:
         fail(f"--policy {spec!r}: unknown policy {name!r}; known: {', '.join(sorted(known))}")
     cls = known[name] if isinstance(known[name], type) else known[name].load()
-    pol = cls(**parse_settings(settings, f"--policy {spec}"))
+    kw = parse_settings(settings, f"--policy {spec}")
+    options.policy_settings(cls, kw, f"--policy {spec}")
+    pol = cls(**kw)
     for m in ("reset", "choose", "update"):
         if not callable(getattr(pol, m, None)):
             fail(f"--policy {spec}: the object has no {m}() method (needs reset, choose, update)")
@@ -128,30 +134,35 @@ def _missing_zoo() -> list[str]:
     return [f for f in ZOO_FILES if not (REPO / f).is_file()]
 
 
-@app.command(help=__doc__)
 def main(
     target: Optional[str] = typer.Option(
         None, help="target model dir or name under the models root (omit for the embedded zoo default)"
     ),
-    drafter: List[str] = typer.Option([], "--drafter", help="NAME=KIND[:key=value,...], repeatable"),
+    drafter: List[str] = typer.Option(
+        [],
+        "--drafter",
+        help="NAME=KIND[:key=value,...], repeatable (the settings' types and ranges: harness/options.py)",
+    ),
     workloads: Optional[str] = typer.Option(None, help="comma-separated workload names (see workloads.py)"),
     workload_file: Optional[str] = typer.Option(None, help="JSONL of {workload, prompt_id, prompt|messages}"),
     workload_path: List[str] = typer.Option([], "--workload-path", help="NAME=FILE: a benchmark file, repeatable"),
     data: Optional[str] = typer.Option(None, help="root of local benchmark files"),
     models: Optional[str] = typer.Option(None, help="models root (else $MACH_MODELS, $SPECBANDIT_MODELS)"),
     mode: str = typer.Option("dense", help="dense | sparse | live"),
-    k: int = typer.Option(DEFAULT_K, help="maximum draft length"),
-    max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, help="output tokens per prompt"),
-    temperature: float = typer.Option(0.0, help="0 = greedy; > 0 = Gumbel-max coupled sampling"),
-    seed: int = typer.Option(0, help="keys all sampling noise"),
+    k: int = typer.Option(DEFAULT_K, help=f"maximum draft length, {RANGE['--k']}"),
+    max_new_tokens: int = typer.Option(
+        DEFAULT_MAX_NEW_TOKENS, help=f"output tokens per prompt, {RANGE['--max-new-tokens']}"
+    ),
+    temperature: float = typer.Option(0.0, help=f"{RANGE['--temperature']}; > 0: Gumbel-max coupled sampling"),
+    seed: int = typer.Option(0, help=f"keys all sampling noise, {RANGE['--seed']}"),
     out: Optional[str] = typer.Option(None, help="run directory (default runs/<name>-<UTC time>)"),
     resume: bool = typer.Option(
         False,
         help="continue the run in --out, skipping finished prompts "
         "(without --out: the newest incomplete run under runs/)",
     ),
-    limit: Optional[int] = typer.Option(None, help="at most N prompts per workload"),
-    device: str = typer.Option("cpu", help="cpu | cuda"),
+    limit: Optional[int] = typer.Option(None, help=f"at most N prompts per workload, {RANGE['--limit']}"),
+    device: str = typer.Option("cpu", help="cpu | cuda | cuda:N"),
     dtype: str = typer.Option("auto", help="auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 | float16"),
     exact_verify: bool = typer.Option(
         False,
@@ -173,13 +184,13 @@ def main(
     calibrate: int = typer.Option(
         0,
         help="prompts per drafter in a short live timing calibration after the sweep "
-        "(ignored when --live-prompts is given)",
+        f"(ignored when --live-prompts is given), {RANGE['--calibrate']}",
     ),
     live_prompts: int = typer.Option(
         0,
         help="live phase after a dense sweep: a seeded sample of N prompts per "
         "workload decoded for real by the target alone, every fixed drafter, best-of-N and each live policy "
-        "(live.jsonl; the embedded default uses 30)",
+        f"(live.jsonl; the embedded default uses 30), {RANGE['--live-prompts']}",
     ),
     live_policies: Optional[str] = typer.Option(
         None,
@@ -188,13 +199,14 @@ def main(
     ),
     threads: int = typer.Option(
         0,
-        help="torch CPU threads (0: 1 on cpu, where small models lose more to "
-        "thread hand-offs than they gain; torch's default on cuda)",
+        help="torch CPU threads (0: 1 on cpu, where small models lose more to thread hand-offs than they gain; "
+        f"torch's default on cuda), {RANGE['--threads']}",
     ),
     shard: Optional[str] = typer.Option(
         None,
         help="I/N: run only shard I of N of the prompts (by a hash of workload and prompt id) into --out, beside "
-        "the other shards' sweeps; the live phase then runs in one final --resume without --shard",
+        "the other shards' sweeps, 0 <= I < N <= the campaign's prompts (and <= 65536); the live phase then "
+        "runs in one final --resume without --shard",
     ),
     ray: bool = typer.Option(
         False,
@@ -207,10 +219,10 @@ def main(
         metavar="ADDRESS",
         help="with --ray: the Ray cluster to join (auto, or HOST:PORT); without one a local Ray is started",
     ),
-    workers: int = typer.Option(0, help="with --ray: the number of workers (0: one per GPU, or per CPU slot)"),
+    workers: int = typer.Option(
+        0, help=f"with --ray: the number of workers (0: one per GPU, or per CPU slot), {RANGE['--workers']}"
+    ),
 ):
-    from bandit.errors import EXIT_INPUT, InputError
-
     if address is not None and not ray:
         fail(f"{address!r}: an address is given only with --ray (sweep.py --ray [ADDRESS])")
 
@@ -234,41 +246,40 @@ def main(
         live_prompts = live_prompts or DEFAULT_LIVE_PROMPTS
         if not (resume and out is None):  # --resume alone: the newest incomplete run under runs/
             out = out or str(REPO / "runs" / f"zoo-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
-    try:
-        run_sweep(
-            target=target,
-            drafter=drafter,
-            workloads=workloads,
-            workload_file=workload_file,
-            workload_path=_kv_list(workload_path, "--workload-path"),
-            data=data,
-            models=models,
-            mode=mode,
-            k=k,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seed=seed,
-            out=out,
-            resume=resume,
-            limit=limit,
-            device=device,
-            dtype=dtype,
-            behaviour=behaviour,
-            generator=generator,
-            policy=policy,
-            calibrate=calibrate,
-            live_prompts=live_prompts,
-            live_policies=live_policies,
-            threads=threads,
-            exact_verify=exact_verify,
-            runs_root=REPO / "runs" if default else None,
-            shard=shard,
-            ray=(address or "local") if ray else None,
-            workers=workers,
-        )
-    except InputError as e:  # HarnessError, WorkloadError, a LogError of a run being resumed
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_INPUT) from None
+    run_sweep(  # an input problem: one line through bandit.errors.boundary (app below, and `specbandit sweep`)
+        target=target,
+        drafter=drafter,
+        workloads=workloads,
+        workload_file=workload_file,
+        workload_path=_kv_list(workload_path, "--workload-path"),
+        data=data,
+        models=models,
+        mode=mode,
+        k=k,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+        out=out,
+        resume=resume,
+        limit=limit,
+        device=device,
+        dtype=dtype,
+        behaviour=behaviour,
+        generator=generator,
+        policy=policy,
+        calibrate=calibrate,
+        live_prompts=live_prompts,
+        live_policies=live_policies,
+        threads=threads,
+        exact_verify=exact_verify,
+        runs_root=REPO / "runs" if default else None,
+        shard=shard,
+        ray=(address or "local") if ray else None,
+        workers=workers,
+    )
+
+
+app.command(help=__doc__)(boundary(main))  # `python sweep.py`: input errors as one line, as `specbandit sweep`
 
 
 def _abs(p):
@@ -359,7 +370,10 @@ def run_sweep(
     prompts into `out`; `ray`: an address ("local": a Ray of this command's own), the campaign runs on Ray
     workers (harness/raypool.py), `workers` of them (0: one per GPU or CPU slot). `live_policies`: the live phase's
     policies, comma-separated (None: every live policy; "": none)."""
-    import torch
+    from harness import options  # torch-free: a bad number or device is refused before torch, a model, a file
+
+    opts = dict(k=k, max_new_tokens=max_new_tokens, temp=temperature, seed_=seed, threads=threads, device_=device)
+    options.check(**opts, limit=limit, live_prompts=live_prompts, calibrate=calibrate, workers=workers, ray=ray)
     import workloads as wlmod
     from harness import lm
     from harness.drafters import parse_spec
@@ -374,18 +388,12 @@ def run_sweep(
     specs = [parse_spec(s) for s in drafter]
     cfg = RunConfig(mode, k, max_new_tokens, temperature, seed, behaviour, generator)
     cfg.check([s.name for s in specs])
-    sh = _check_campaign_options(shard, ray, workers, policy, calibrate, out)
+    sh = options.campaign(shard, ray, workers, policy, calibrate, out)
     if policy and mode != "live":
         raise lm.HarnessError("--policy applies to --mode live only")
     if policy and resume:
         raise lm.HarnessError("--resume with --policy: a policy's learned state is not saved; start a new run")
-    if device.startswith("cuda") and not ray and not torch.cuda.is_available():  # Ray: each worker checks its own
-        raise lm.HarnessError(f"--device {device}: CUDA is not available on this machine")
     dtype = lm.resolve_dtype(dtype, device)  # recorded resolved: a resume elsewhere must not change it silently
-    if limit is not None and limit < 1:
-        raise lm.HarnessError(f"--limit {limit}: must be >= 1")
-    if live_prompts < 0 or calibrate < 0:
-        raise lm.HarnessError(f"--live-prompts {live_prompts} / --calibrate {calibrate}: must be >= 0")
     if live_prompts and mode != "dense":
         raise lm.HarnessError("--live-prompts: the live phase follows a dense sweep (--mode dense)")
     if live_policies is not None and not live_prompts:
@@ -399,6 +407,7 @@ def run_sweep(
     target_dir = lm.resolve_model_dir(target, models, "--target")
     names = [w.strip() for w in (workloads or "").split(",") if w.strip()]
     items = wlmod.load(names, workload_file, limit, workload_path, data, models)
+    options.shard_count(sh, len(items))
     pol = _load_policy(policy) if policy else None
     if resume and out is None:
         root = Path(runs_root) if runs_root is not None else Path("runs")
@@ -484,30 +493,6 @@ def run_sweep(
             rd.close()
     finally:
         runner.close()
-
-
-def _check_campaign_options(shard, ray, workers, policy, calibrate, out):
-    """--shard / --ray / --workers against each other and the rest; returns the parsed shard (or None)."""
-    from harness import shards
-    from harness.lm import HarnessError
-
-    try:
-        sh = shards.parse_shard(shard) if shard is not None else None
-    except shards.CampaignError as e:
-        raise HarnessError(str(e)) from None
-    if sh and ray:
-        raise HarnessError("--shard with --ray: Ray splits the campaign itself; give one of them")
-    if workers and not ray:
-        raise HarnessError(f"--workers {workers}: applies to --ray only")
-    if workers < 0:
-        raise HarnessError(f"--workers {workers}: must be >= 0")
-    if policy and (sh or ray):
-        raise HarnessError("--policy learns from the prompts in their order: run it in one process (no --shard, --ray)")
-    if sh and calibrate:
-        raise HarnessError("--calibrate with --shard: calibrate in the final --resume without --shard")
-    if sh and out is None:
-        raise HarnessError(f"--shard {sh}: give --out, the campaign directory every shard writes into")
-    return sh
 
 
 def _refuse_across_prompts(name, shard) -> None:

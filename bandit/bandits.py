@@ -340,6 +340,7 @@ class StepTime:
 
 
 if __name__ == "__main__":
+    from bandit.errors import run
     from bandit.walk import flips_demo
 
-    flips_demo([Random(), UCB1(), EXP3(), Hedge(), NormalHedge()])
+    run(lambda: flips_demo([Random(), UCB1(), EXP3(), Hedge(), NormalHedge()]))

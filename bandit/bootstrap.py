@@ -324,26 +324,28 @@ def fmt_ci(c: Interval, pct: bool = False, nd: int = 4) -> str:
 if __name__ == "__main__":
     from scipy.stats import bootstrap
 
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import demo, load_logs
 
-    files, said = default_inputs()
-    t = load_logs(files).blocks()
-    u, strata = cluster_units(t, "prompt")
-    num = np.bincount(u, t.accepted[:, 0].astype(float), minlength=strata.size)
-    den = np.bincount(u, minlength=strata.size).astype(float)
-    iv = bootstrap_ratio(num, den, strata, 2000, 0)
-    print(said)
-    print(
-        f"mean accepted of {t.drafters[0]} per logged block, 95% percentile CI over prompt clusters within "
-        f"workloads, 2000 resamples: {iv}"
-    )
-    ref = bootstrap(
-        (num, den),
-        lambda a, b, axis=-1: a.sum(axis) / b.sum(axis),
-        paired=True,
-        vectorized=True,
-        n_resamples=2000,
-        method="percentile",
-        random_state=0,
-    ).confidence_interval
-    print(f"scipy.stats.bootstrap (unstratified, for scale): [{ref.low:.4f}, {ref.high:.4f}]")
+    def body(files, said: str) -> None:
+        t = load_logs(files).blocks()
+        u, strata = cluster_units(t, "prompt")
+        num = np.bincount(u, t.accepted[:, 0].astype(float), minlength=strata.size)
+        den = np.bincount(u, minlength=strata.size).astype(float)
+        iv = bootstrap_ratio(num, den, strata, 2000, 0)
+        print(said)
+        print(
+            f"mean accepted of {t.drafters[0]} per logged block, 95% percentile CI over prompt clusters within "
+            f"workloads, 2000 resamples: {iv}"
+        )
+        ref = bootstrap(
+            (num, den),
+            lambda a, b, axis=-1: a.sum(axis) / b.sum(axis),
+            paired=True,
+            vectorized=True,
+            n_resamples=2000,
+            method="percentile",
+            random_state=0,
+        ).confidence_interval
+        print(f"scipy.stats.bootstrap (unstratified, for scale): [{ref.low:.4f}, {ref.high:.4f}]")
+
+    demo(body, "The first drafter's mean accepted with its stratified bootstrap CI, and scipy's for scale.")

@@ -13,7 +13,7 @@ verifying the primary's and K alternatives' drafts together: the manifest's unio
 D drafts); K with separate verification passes. Speedup = (1 + g) * c0 / c, g the token gain per
 block (tau = accepted + 1, capped at the output's end). Best-of-N is R = 1 with every other drafter.
 
-    python bandit/breakeven.py [PATHS...] [--out F]   # default campaign -> runs/<run>/breakeven.txt, .png, .csv
+    python bandit/breakeven.py [PATHS...] [--out F]   # published campaign -> runs/<run>/breakeven.txt, .png, .csv
     specbandit breakeven --gain 0.081 --redraft 0.43 --alternatives 1 --rho 0.02,0.05,0.1 --alpha 0 --json
 """
 
@@ -35,36 +35,17 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-from bandit import livelog, progress, selector, trajectory, wallclock
+from bandit import livelog, outputs, progress, selector, trajectory, wallclock
 from bandit.bootstrap import boot_totals, interval, no_variation
-from bandit.costmodel import Costs, breakeven_regime, breakeven_rho, costs_for, engine_costs, speedup_equal, whatif
-from bandit.costmodel import read_engine_timing
-from bandit.errors import InputError
-from bandit.logs import default_inputs, load_logs, output_path, run_dir
+from bandit.breakeven_text import Band, engine_lines, plot_files, render
+from bandit.costmodel import Costs, breakeven_regime, costs_for, engine_costs, read_engine_timing, speedup_equal, whatif
+from bandit.errors import InputError, UsageError
+from bandit.logs import load_logs
 from bandit.primary import attach, model_check_lines, primary_lines
-from bandit.timingmodel import LABEL as TIMING_LABEL
 from bandit.timingmodel import TimingModel
 
-from bandit.costmodel import TABLE_RHOS
-
-
-@dataclass(frozen=True)
-class Band:
-    """A value with its 95% interval; `label` MEASURED / SIM / MODEL."""
-
-    value: float
-    lo: float
-    hi: float
-    label: str
-
-    def fmt(self, pct: bool = False, nd: int = 3) -> str:
-        def f(x):
-            if not math.isfinite(x):
-                return "undefined"
-            return f"{100 * x:+.{max(nd - 2, 1)}f}%" if pct else f"{x:.{nd}f}"
-
-        iv = f"[{f(self.lo)}, {f(self.hi)}]" if math.isfinite(self.lo) and math.isfinite(self.hi) else "(no CI)"
-        return f"{f(self.value)} {iv} [{self.label}]"
+RES = outputs.RESAMPLES_HELP
+__all__ = ["Band", "BreakevenReport", "cli", "engine_lines", "main", "plot_files", "render", "report_from_table"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +75,7 @@ class BreakevenReport:
     timed: dict = dataclasses.field(default_factory=dict)  # under it: best_of_n, each alternative, break-even ms
     notes: tuple[str, ...] = ()  # the primary's lines (bandit/primary.py), where a live phase chose it
     checks: tuple[str, ...] = ()  # the cost models' errors against the live phase
+    command: str = ""  # the command that made the report (its first line, bandit/outputs.py)
 
     @property
     def K(self) -> int:
@@ -204,259 +186,103 @@ def report_from_table(t, n_resamples: int = 2000, n_refit: int = 200, seed: int 
     )
 
 
-def engine_lines(r: BreakevenReport) -> list[str]:
-    """Best-of-N and each single alternative under the production engine's costs (same token gains and CIs)."""
-    e = r.engine
-    p = r.drafters.index(r.primary)
-    alts = [j for j in range(len(r.drafters)) if j != p]
-    out = [f"## under the engine's measured costs: {e.describe()} [MEASURED costs, MODEL speedups]"]
-
-    def band(g: Band, js: list[int]) -> Band:
-        f = lambda x: e.speedup(p, js, 1.0, x)
-        return Band(float(f(g.value)), float(f(g.lo)), float(f(g.hi)), "MODEL")
-
-    out.append(f"best-of-N (R = 1), alpha {e.alpha(r.K):.3f}: speedup {band(r.bon_gain, alts).fmt()}")
-    for d, g in r.single_gain.items():
-        j = r.drafters.index(d)
-        out.append(f"always re-draft with {d} (R = 1), rho {e.rho[j]:.3f}: speedup {band(g, [j]).fmt()}")
-    out.append("(the selector's operating point is fitted under the campaign's own costs above, not refitted here)")
-    return out
+ENGINE_TIMING = Path(__file__).resolve().parents[1] / "bench" / "vllm_timing.json"
 
 
-def _verdict(b: Band) -> str:
-    how = "faster than" if b.lo > 1 else "slower than" if b.hi < 1 else "not distinguishable from"
-    return f"{how} the primary alone"
-
-
-def _live_line(r: BreakevenReport) -> list[str]:
-    if r.live and "unavailable" in r.live:
-        return [f"best-of-N decoded live: not evaluated ({r.live['unavailable']})"]
-    sp = (r.live or {}).get("speedup_over_primary")
-    if sp is None:
-        return []
-    lo, hi = sp["measured_ci"]
-    verdict = "faster than" if lo > 1 else "slower than" if hi < 1 else "not distinguishable from"
-    pred = "n/a" if sp["predicted"] is None or not math.isfinite(sp["predicted"]) else f"{sp['predicted']:.3f}"
-    return [
-        f"best-of-N decoded live ({r.live['n_prompts']} prompts of the live phase, against "
-        f"{sp['primary']} on the same prompts): speedup {sp['measured']:.3f} [{lo:.3f}, {hi:.3f}] "
-        f"[MEASURED]: {verdict} the primary alone (timing model's prediction along best-of-N's own trajectory "
-        f"{pred}; bandit/wallclock.py)"
-    ]
-
-
-def _selector_lines(r: BreakevenReport, model: str) -> list[str]:
-    if not r.selector:
-        return [
-            "LOWO selector: undefined: it is evaluated leave-one-workload-out between drafters, and these "
-            f"logs have {r.n_workloads} workload(s) and {len(r.drafters)} drafter(s) (it needs 2 of each)"
-        ]
-    s = r.selector
-    sp = s["selector_speedup"]
-    return [
-        f"LOWO selector (primary by its rule, alternatives and threshold chosen inside each fold by {model}): "
-        f"token gain {s['selector_token_gain'].fmt(pct=True)}, redraft rate "
-        f"{s['selector_redraft_rate'].fmt()}, speedup {sp.fmt()}: {_verdict(sp)} [MODEL]"
-    ]
-
-
-def _timing_lines(r: BreakevenReport) -> list[str]:
-    """The verdicts under the live phase's timing model: every block priced by its passes, verified tokens and
-    drafter calls, summed over the block set (prefill included), against the primary alone on the same blocks."""
-    m, K = r.timing, r.K
-    out = [
-        f"## under the timing model fitted on the live phase [{TIMING_LABEL}]: speedup over the primary alone",
-        "every speedup in this section comes from the timing model fitted on the live phase (bandit/timingmodel.py), "
-        "applied to the logs' blocks; it is the cost model of these verdicts",
-        m.describe(),
-        f"best-of-N ({K} alternatives, R = 1, one forward verifying all {K + 1} drafts): token gain "
-        f"{r.bon_gain.fmt(pct=True)}; speedup {r.timed['best_of_n'].fmt()}: {_verdict(r.timed['best_of_n'])}",
-        *_live_line(r),
-    ]
-    for d, g in r.single_gain.items():
-        j = r.drafters.index(d)
-        sp, be = r.timed[d], r.timed[f"breakeven_call_ms[{d}]"]
-        out.append(
-            f"always re-draft with {d} (R = 1): token gain {g.fmt(pct=True)}; speedup {sp.fmt()}: {_verdict(sp)}; "
-            f"break-even call time (ms) {be.fmt(nd=3)} (measured {m.call_ms[j]:.3f} ms)"
-        )
-    return out + _selector_lines(r, "the timing model") + (["", *r.checks] if r.checks else [])
-
-
-def _rho_alpha_lines(r: BreakevenReport, tag: str, what_if_only: bool) -> list[str]:
-    c, K = r.costs, r.K
-    p = r.drafters.index(r.primary)
-    src = "measured costs" if c.source == "measured" else "what-if costs"
-    head = (
-        "## the rho/alpha cost model (the what-if for users without timings; its error against the live phase is "
-        "above): speedup over the primary alone, and the alpha charged [MODEL]"
-        if what_if_only
-        else f"## under the {src}: speedup over the primary alone, and the alpha charged"
-    )
-    out = [head, c.describe() + (f" [{tag}]" if c.source == "measured" else " [what-if]")]
-    out.append(
-        f"best-of-N ({K} alternatives, R = 1): token gain {r.bon_gain.fmt(pct=True)}; union verification of "
-        f"{K + 1} drafts alpha {c.alpha(K):.3f}: speedup {r.bon_speedup().fmt()}"
-    )
-    if not what_if_only:
-        out += _live_line(r)
-    for d, g in r.single_gain.items():
-        j = r.drafters.index(d)
-        f = lambda x: c.speedup(p, [j], 1.0, x)
-        band = Band(float(f(g.value)), float(f(g.lo)), float(f(g.hi)), "MODEL")
-        out.append(
-            f"always re-draft with {d} (R = 1): token gain {g.fmt(pct=True)}; alpha {c.alpha(1):.3f}, "
-            f"rho {c.rho[j]:.3f}: speedup {band.fmt()}"
-        )
-    if what_if_only:
-        return out + ["(the selector's operating point is fitted under the timing model above, not refitted here)"]
-    return out + _selector_lines(r, "this cost model")
-
-
-def render(r: BreakevenReport) -> str:
-    tag = "unlabelled" if r.label == "UNLABELLED" else r.label
-    c, K = r.costs, r.K
-    timed = r.timing is not None
-    lines = [
-        "# break-even of re-drafting (cost model of docs/DESIGN.md: "
-        + ("the timing model fitted on the live phase)" if timed else "rho/alpha)"),
-        "inputs: " + ", ".join(f"{s.path} sha256:{s.sha256[:12]}" for s in r.sources),
-        f"block set: {r.block_set}; primary {r.primary} (the {r.primary_rule}); CIs: {r.ci_how}",
-        *r.notes,
-        "",
-    ]
-    if timed:
-        lines += [*_timing_lines(r), ""]
-    lines += _rho_alpha_lines(r, tag, timed)
-    if r.engine is not None:
-        lines += ["", *engine_lines(r)]
-    src = "measured costs" if c.source == "measured" else "what-if costs"
-    lines += [
-        "",
-        "## what-if: every drafter at the same rho (speedup of best-of-N over the primary alone) [MODEL]",
-        f"| rho | alpha 0 (free union) | alpha {c.alpha(K):.3f} (union of {K + 1}, {src}) | separate passes (alpha {K}) |",
-        "|---|---|---|---|",
-    ]
-    for rho in TABLE_RHOS:
-        cells = [r.bon_speedup(rho, a).fmt(nd=3) for a in (0.0, None, float(K))]
-        lines.append(f"| {rho:.2f} | " + " | ".join(cells) + " |")
-    g = r.bon_gain
-    roots = [breakeven_rho(x, 1.0, K, 0.0) for x in (g.value, g.lo, g.hi)]
-    if all(x is not None for x in roots):
-        lines.append(
-            f"best-of-N break-even rho at alpha 0: {roots[0]:.4f} [{roots[1]:.4f}, {roots[2]:.4f}] [MODEL] "
-            "(it wins while every drafter costs less than this fraction of a verify pass)"
-        )
-    if timed:
-        lines.append(
-            f"the speedups labelled [MODEL] are models applied to the logs' token gains [{tag}]: the verdicts "
-            f"use the timing model fitted on the live phase [{TIMING_LABEL}], the rho/alpha lines are the "
-            "what-if; only a configuration decoded in the live phase has a measured speedup."
-        )
-    elif c.source != "measured":
-        lines.append(f"{c.why}: the costs above are the what-if of docs/DESIGN.md; no wall-clock speedup is claimed.")
-    else:
-        lines.append(
-            f"the speedups labelled [MODEL] are the cost model applied to the logs' token gains [{tag}] and "
-            "the manifest's costs, not wall-clock measurements; only a configuration decoded in the live "
-            "phase has a measured speedup."
-        )
-    return "\n".join(lines) + "\n"
-
-
-def plot(r: BreakevenReport, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rho = np.linspace(0.0, 0.4, 81)
-    rows = ["alpha,rho,best_of_n,best_of_n_lo,best_of_n_hi"]  # the plotted curves, as data
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for i, (name, a) in enumerate((("alpha 0", 0.0), (f"alpha {r.costs.alpha(r.K):.2f} (union)", None))):
-        bands = [r.bon_speedup(x, a) for x in rho]
-        v, lo, hi = (np.array([getattr(b, k) for b in bands]) for k in ("value", "lo", "hi"))
-        al = 0.0 if a is not None else r.costs.alpha(r.K)
-        cell = lambda z: f"{z:.6f}" if np.isfinite(z) else ""
-        rows += [f"{al:.6g},{x:.3f},{y:.6f},{cell(l)},{cell(h)}" for x, y, l, h in zip(rho, v, lo, hi)]
-        ax.plot(rho, v, color=f"C{i}", label=f"best-of-N, {name}")
-        ax.fill_between(rho, lo, hi, color=f"C{i}", alpha=0.2, lw=0)
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xlabel("rho = drafter cost / target verify cost (every drafter)")
-    ax.set_ylabel("speedup over the primary alone [MODEL]")
-    ax.set_title(f"best-of-N break-even, 95% CI [MODEL from {r.label.lower()} token gains]")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
-    path.with_suffix(".csv").write_text("\n".join(rows) + "\n")
+def default_engine_timing(t) -> Path | None:
+    """The campaign's default --engine-timing: bench/vllm_timing.json where it exists and timed this campaign's
+    target (its `target` the manifest's target path, its `k` the manifest's), else none."""
+    m = t.manifests[0] if t.manifests else {}
+    if not ENGINE_TIMING.is_file() or not isinstance(m.get("target"), dict):
+        return None
+    e = read_engine_timing(ENGINE_TIMING)
+    target = m["target"].get("path")
+    return ENGINE_TIMING if target is not None and e.get("target") == target and e.get("k") == m.get("k") else None
 
 
 def cli(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
-    gain: Annotated[Optional[float], typer.Option(help="what-if: token gain as a fraction (0.081)")] = None,
-    redraft: Annotated[
-        Optional[float], typer.Option(min=0.0, max=1.0, help="what-if: redraft rate R in [0, 1]")
+    paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
+    gain: Annotated[
+        Optional[float], typer.Option(help="what-if: token gain as a fraction (0.081), finite, > -1")
     ] = None,
-    alternatives: Annotated[int, typer.Option(min=1, help="what-if: alternatives re-drafted (K)")] = 1,
-    rho: Annotated[str, typer.Option(help="what-if: comma-separated drafter costs")] = "0.02,0.05,0.1,0.15,0.2",
-    alpha: Annotated[float, typer.Option(help="what-if: extra target cost of a re-draft")] = 0.0,
+    redraft: Annotated[Optional[float], typer.Option(help="what-if: redraft rate R, in [0, 1]")] = None,
+    alternatives: Annotated[int, typer.Option(help="what-if: alternatives re-drafted (K), in [1, 64]")] = 1,
+    rho: Annotated[str, typer.Option(help="what-if: comma-separated drafter costs, each finite and >= 0")] = (
+        "0.02,0.05,0.1,0.15,0.2"
+    ),
+    alpha: Annotated[float, typer.Option(help="what-if: extra target cost of a re-draft, finite and >= 0")] = 0.0,
     json_out: Annotated[bool, typer.Option("--json", help="what-if: print one JSON object")] = False,
     out: Annotated[
-        Optional[Path],
+        Optional[str],
         typer.Option(
-            help="report file (default: <run dir>/breakeven.txt beside the one run read; none for several runs pooled)"
+            help="report file (default: <run dir>/breakeven.txt beside the one run read, with every option at its "
+            "default; else nothing)"
         ),
     ] = None,
-    resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the token gains")] = 2000,
-    refit_resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples for the selector refits")] = 200,
-    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    resamples: Annotated[int, typer.Option(help=f"bootstrap resamples for the token gains, {RES}")] = 2000,
+    refit_resamples: Annotated[int, typer.Option(help=f"bootstrap resamples for the selector refits, {RES}")] = 200,
+    seed: Annotated[int, typer.Option(help=outputs.SEED_HELP)] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
     engine_timing: Annotated[
-        Optional[Path],
+        Optional[str],
         typer.Option(
             help="a production engine's timing in the manifest's form with its 'engine' named (e.g. "
-            "bench/vllm_timing.json from bench/vllm_crosscheck.py): the verdicts also under its costs"
+            "bench/vllm_timing.json from bench/vllm_crosscheck.py): the verdicts also under its costs; default: "
+            "bench/vllm_timing.json where it timed the campaign's target; 'none': no engine section"
         ),
     ] = None,
+    latest: Annotated[bool, typer.Option("--latest", help=outputs.LATEST_HELP)] = False,
 ) -> None:
     """Wall-clock break-even of re-drafting (docs/DESIGN.md cost model), every number with a 95% CI.
 
     What-if mode (--gain G --redraft R [--alternatives K --rho a,b --alpha A] [--json]): prints speedup per rho and
-    the break-even rho (null: no break-even on rho >= 0). Otherwise reads PATHS (default: the default campaign under
-    runs/): best-of-N, each single alternative and the LOWO selector over the primary (the fastest fixed drafter
-    measured live where the run has a live phase), under the timing model fitted on the live phase (else the
-    manifest's rho/alpha costs, else the what-if), the rho/alpha model's error beside it, and an equal-rho table; with --out (or for the default campaign) writes the report and a plot.
+    the break-even rho (null: no break-even on rho >= 0). Otherwise reads PATHS (default: the published campaign,
+    paper/campaign.txt): best-of-N, each single alternative and the LOWO selector over the primary (the fastest fixed
+    drafter measured live where the run has a live phase), under the timing model fitted on the live phase (else the
+    manifest's rho/alpha costs, else the what-if), the rho/alpha model's error beside it, and an equal-rho table;
+    with every option at its default (or with --out) writes the report, its plot and the plot's data.
     --engine-timing FILE adds best-of-N and each alternative under a production engine's measured costs.
     """
     progress.quiet(quiet)
     if gain is not None or redraft is not None:
-        if gain is None or redraft is None:
-            raise typer.BadParameter("what-if mode needs both --gain and --redraft")
-        try:
-            rhos = [float(x) for x in rho.split(",") if x.strip()]
-        except ValueError:
-            raise typer.BadParameter(f"--rho {rho!r}: expected comma-separated numbers, e.g. 0.02,0.05") from None
-        if not rhos or not all(math.isfinite(r) and r >= 0 for r in rhos):
-            raise typer.BadParameter(f"--rho {rho!r}: expected finite numbers >= 0")
-        ans = whatif(gain, redraft, alternatives, rhos, alpha)
-        if json_out:
-            typer.echo(json.dumps(ans, sort_keys=True))
-        else:
-            for k, v in ans["speedup"].items():
-                typer.echo(f"rho {k}: speedup {v:.4f} [MODEL]")
-            regime = breakeven_regime(gain, redraft, alternatives, alpha)
-            typer.echo(f"break-even rho: {ans['breakeven_rho']} ({regime}) [MODEL]")
+        typer.echo(whatif_text(gain, redraft, alternatives, rho, alpha, json_out), nl=False)
         return
-    typer.echo(main(paths or [], out, resamples, refit_resamples, seed, engine_timing), nl=False)
+    eng = (
+        None
+        if engine_timing is None
+        else engine_timing
+        if engine_timing == "none"
+        else outputs.path_arg(engine_timing, "--engine-timing")
+    )
+    typer.echo(
+        main(paths or [], outputs.path_arg(out, "--out"), resamples, refit_resamples, seed, eng, latest), nl=False
+    )
 
 
-def _live_entry(t, seed: int) -> dict | None:
+def whatif_text(gain, redraft, alternatives: int, rho: str, alpha: float, json_out: bool) -> str:
+    """The what-if answer from explicit numbers, every input checked (finite, in range)."""
+    if gain is None or redraft is None:
+        raise UsageError("what-if mode needs both --gain and --redraft")
+    outputs.finite("--gain", gain, -1.0, above=True), outputs.finite("--redraft", redraft, 0.0, 1.0)
+    outputs.finite("--alpha", alpha, 0.0), outputs.bounded("--alternatives", alternatives, 1, 64)
+    try:
+        rhos = [float(x) for x in rho.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--rho {rho!r}: expected comma-separated numbers, e.g. 0.02,0.05") from None
+    if not rhos or not all(math.isfinite(r) and r >= 0 for r in rhos):
+        raise UsageError(f"--rho {rho!r}: expected finite numbers >= 0")
+    ans = whatif(gain, redraft, alternatives, rhos, alpha)
+    if json_out:
+        return json.dumps(ans, sort_keys=True, allow_nan=False) + "\n"
+    regime = breakeven_regime(gain, redraft, alternatives, alpha)
+    lines = [f"rho {k}: speedup {v:.4f} [MODEL]" for k, v in ans["speedup"].items()]
+    return "\n".join([*lines, f"break-even rho: {ans['breakeven_rho']} ({regime}) [MODEL]"]) + "\n"
+
+
+def _live_entry(t, run: Path | None, seed: int) -> dict | None:
     """best-of-N's entry of the run's live phase, when the logs are one run that has one."""
-    dirs = {Path(s.path).parent for s in t.sources}
-    if len(dirs) != 1 or not (next(iter(dirs)) / livelog.LIVE_FILE).is_file() or not t.dense:
+    if run is None or not (run / livelog.LIVE_FILE).is_file() or not t.dense:
         return None
-    run = next(iter(dirs))
     try:
         res = wallclock.evaluate(t, livelog.read_live(run), seed=seed, live_path=run / livelog.LIVE_FILE)
     except InputError as e:  # the live phase cannot be evaluated: said, and the rest of the report stands
@@ -465,32 +291,46 @@ def _live_entry(t, seed: int) -> dict | None:
 
 
 def main(
-    paths: Sequence[Path] = (),
+    paths: Sequence[str | Path] = (),
     out: Path | None = None,
     n_resamples: int = 2000,
     n_refit: int = 200,
     seed: int = 0,
-    engine_timing: Path | None = None,
+    engine_timing: Path | str | None = None,
+    latest: bool = False,
 ) -> str:
-    said = ""
-    if not paths:
-        paths, said = default_inputs()
-    out = output_path(paths, "breakeven.txt", out)
-    t = attach(load_logs(paths), run_dir(paths))
-    r = report_from_table(t, n_resamples, n_refit, seed)
-    r = dataclasses.replace(r, live=_live_entry(t, seed))
-    if engine_timing is not None:
-        m = t.manifests[0] if t.manifests else None
-        r = dataclasses.replace(r, engine=engine_costs(t.drafters, m, read_engine_timing(engine_timing)))
-    text = render(r)
-    tail = ""
+    """The report; written with its plot and the plot's data to OUT (default, with every option at its default:
+    <run dir>/breakeven.txt, .png, .csv beside the one run read; bandit/outputs.py). engine_timing: None for the
+    campaign's default (`default_engine_timing`), 'none' for no engine section, else a timing file."""
+    outputs.resamples(n_resamples), outputs.resamples(n_refit, "--refit-resamples"), outputs.seed(seed)
+    inp = outputs.resolve(paths, latest)
+    t = attach(load_logs(inp.files), inp.dir)
+    default = default_engine_timing(t)
+    engine = default if engine_timing is None else None if engine_timing == "none" else Path(engine_timing)
+    same = engine == default or (engine is not None and default is not None and engine.resolve() == default.resolve())
+    eng_opt = None if same else outputs.show(engine) if engine is not None else "none"
+    opts = [("--resamples", n_resamples, 2000), ("--refit-resamples", n_refit, 200), ("--seed", seed, 0)]
+    opts += [("--engine-timing", eng_opt, None)]
+    differs = outputs.changed(opts)
+    dest, why = outputs.destination(inp, "breakeven.txt", out, differs, "bandit/breakeven.py")
+    files = outputs.siblings(dest, (".png", ".csv"))
     if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        plot(r, out.with_suffix(".png"))
-        tail = f"wrote {out}, {out.with_suffix('.png')} and {out.with_suffix('.csv')}\n"
-    return (said + "\n" if said else "") + text + tail
+        outputs.guard_out(
+            dest, [f.name for f in files], inp, ["breakeven.txt", "breakeven.png", "breakeven.csv"], differs
+        )
+    cmd = outputs.command("bandit/breakeven.py", inp, opts)
+    r = report_from_table(t, n_resamples, n_refit, seed)
+    r = dataclasses.replace(r, live=_live_entry(t, inp.dir, seed), command=cmd)
+    if engine is not None:
+        m = t.manifests[0] if t.manifests else None
+        r = dataclasses.replace(r, engine=engine_costs(t.drafters, m, read_engine_timing(engine)))
+    text = render(r)
+    said = "" if inp.said is None else inp.said + "\n"
+    if dest is None:
+        return said + text + why + "\n"
+    csv, png = plot_files(r, cmd)
+    outputs.write_all(list(zip(files, (text, png, csv))), said + text)
+    return said + text + f"wrote {files[0]}, {files[1]} and {files[2]}\n"
 
 
 if __name__ == "__main__":

@@ -415,24 +415,20 @@ def _mix(names: Sequence[str], counts: np.ndarray) -> str:
 
 if __name__ == "__main__":
     import time
-    from pathlib import Path
 
     from bandit.errors import InputError
-    from bandit.logs import default_campaign, expand_paths, load_logs, read_manifest
+    from bandit.logs import demo, load_logs, read_manifest
     from bandit.walk import policies_timing
 
-    try:
-        run = Path(sys.argv[1]) if len(sys.argv) > 1 else default_campaign()[0]
-        files = expand_paths([run])
+    def body(files, said: str) -> None:
         t = load_logs(files)
         if not t.dense:
-            raise InputError(f"{run}: the choice selector is fitted and walked on a dense log; this one is sparse")
+            raise InputError(f"{said}: the choice selector is fitted and walked on a dense log; this one is sparse")
         timing = policies_timing(read_manifest(files[0]), t.drafters, int(t.draft_len.max(initial=1)))
         t0 = time.perf_counter()
         routed(t, timing)
         fit_s = time.perf_counter() - t0
         print(report(t, timing), end="")
         print(f"fitting the live selector (4 + 1 rules, bandit/livepolicies.py make('selector')): {fit_s:.1f} s")
-    except (InputError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+
+    demo(body, "The choice selector (which drafter runs, from the lookup drafts), leave-one-workload-out.")

@@ -11,8 +11,8 @@ live phase, the live verdicts of bandit/verdicts.py (`live_tokens_per_s`, `live_
 `live_speedup_over_fastest_fixed`, `choosing_pays`: measured, per workload and pooled) come too, and the
 printed report opens with their one table; where it has none, one line says so.
 
-    python bandit/ci.py                          # the default campaign under runs/ -> runs/<run>/ci.json
-    specbandit ci PATHS --out F --resamples N --seed S --unit prompt|block --method percentile|bca
+    python bandit/ci.py                          # the published campaign -> runs/<run>/ci.json
+    specbandit ci PATHS --out F --resamples N --seed S --unit prompt|block --method percentile|bca [--latest]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Annotated, Optional, Sequence
 
 import typer
 
-from bandit import progress, selector, trajectory, verdicts
+from bandit import outputs, progress, selector, trajectory, verdicts
 from bandit.bootstrap import (
     LEVEL,
     METHODS,
@@ -41,13 +41,14 @@ from bandit.bootstrap import (
     fmt_ci,
     no_variation,
 )
-from bandit.logs import default_inputs, load_logs, output_path, run_dir
+from bandit.logs import load_logs
 from bandit.primary import attach
 from bandit.replay import table_stats
 from bandit.schema import code_version
 from bandit.table import BlockTable
 
 N_REFIT = 200  # resamples for the nested selector refits
+RES = outputs.RESAMPLES_HELP
 SELECTOR_HEADLINE = (
     "selector_capture",
     "selector_frontier_area",
@@ -65,8 +66,10 @@ def headline(
     n_resamples: int = 2000,
     seed: int = 0,
     n_refit: int = N_REFIT,
+    live: bool = True,
 ) -> list[Entry]:
-    """Every headline entry of ci.json for one campaign's table."""
+    """Every headline entry of ci.json for one campaign's table; `live=False`: without the live verdicts (a table
+    of a subset of the campaign's prompts, as bench/coverage.py draws, is not the one its live phase sampled)."""
     b = trajectory.block_set(t)
     entries = table_stats(t, unit, n_resamples, seed, method)
     if len(b.workloads) >= 2 and len(b.drafters) >= 2:
@@ -84,7 +87,8 @@ def headline(
     flat = no_variation(t, unit)
     entries = [degenerate(e, flat) for e in entries]
     # the live phase's verdicts: always over prompt clusters (a decode is a whole prompt), same seed and resamples
-    entries += verdicts.run_entries(t, n_resamples, seed, method)
+    if live:
+        entries += verdicts.run_entries(t, n_resamples, seed, method)
     return sorted(entries, key=lambda e: e.name)
 
 
@@ -118,15 +122,12 @@ def coverage_warnings(entries: Sequence[Entry], path: Path) -> list[str]:
     return out
 
 
-def write_ci(entries: Sequence[Entry], t: BlockTable, out: Path) -> str:
-    """Write ci.json (a list of entries, sorted keys, fixed float formatting); return the text."""
+def ci_text(entries: Sequence[Entry], t: BlockTable, command: str) -> str:
+    """ci.json's text: a list of entries (sorted keys, fixed float formatting), each naming the command that made it."""
     inputs = [{"path": s.path, "sha256": s.sha256} for s in t.sources]
     cv = code_version("bandit")
-    text = json.dumps([e.to_json(inputs, cv) for e in entries], sort_keys=True, indent=1) + "\n"
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    return text
+    rows = [e.to_json(inputs, cv) | {"command": command} for e in entries]
+    return json.dumps(rows, sort_keys=True, indent=1, allow_nan=False) + "\n"
 
 
 def render(entries: Sequence[Entry]) -> str:
@@ -153,31 +154,37 @@ def render(entries: Sequence[Entry]) -> str:
 
 
 def main(
-    paths: Sequence[Path] = (),
+    paths: Sequence[str | Path] = (),
     out: Path | None = None,
     n_resamples: int = 2000,
     seed: int = 0,
     unit: str = "prompt",
     method: str = "percentile",
     n_refit: int = N_REFIT,
+    latest: bool = False,
 ) -> str:
-    """Compute every entry; write OUT (default: ci.json next to the campaign it describes, `<run dir>/ci.json`,
-    when the logs are one run; nothing for several runs pooled unless `out` is given)."""
-    said = f"read: {', '.join(str(p) for p in paths)}"
-    if not paths:
-        paths, said = default_inputs()
-        said = f"read: {said}"
-    out = output_path(paths, "ci.json", out)
-    # the run's live phase on the table: the primary is then the fastest fixed drafter measured live (bandit/primary.py)
-    t = attach(load_logs(paths), run_dir(paths))
-    entries = headline(t, unit, method, n_resamples, seed, n_refit)
-    tail = "not written (several runs pooled: pass --out FILE to write ci.json)\n"
+    """Compute every entry; write OUT (default, with every option at its default: ci.json beside the one run read,
+    `<run dir>/ci.json`; else nothing unless `out` is given: bandit/outputs.py)."""
+    outputs.resamples(n_resamples), outputs.resamples(n_refit, "--refit-resamples"), outputs.seed(seed)
+    outputs.choice("--unit", unit, UNITS), outputs.choice("--method", method, METHODS)
+    inp = outputs.resolve(paths, latest)
+    opts = [("--resamples", n_resamples, 2000), ("--seed", seed, 0), ("--unit", unit, "prompt")]
+    opts += [("--method", method, "percentile"), ("--refit-resamples", n_refit, N_REFIT)]
+    differs = outputs.changed(opts)
+    dest, why = outputs.destination(inp, "ci.json", out, differs, "bandit/ci.py")
     if out is not None:
-        write_ci(entries, t, out)
-        tail = f"wrote {out}\n"
-    cov = out.parent / "coverage.json" if out is not None else None
-    warns = "".join(w + "\n" for w in coverage_warnings(entries, cov)) if cov is not None else ""
-    return f"{said}\n{t.summary()}\n" + live_report(t, entries) + render(entries) + warns + tail
+        outputs.guard_out(dest, [dest.name], inp, ["ci.json"], differs)
+    cmd = outputs.command("bandit/ci.py", inp, opts)
+    # the run's live phase on the table: the primary is then the fastest fixed drafter measured live (bandit/primary.py)
+    t = attach(load_logs(inp.files), inp.dir)
+    entries = headline(t, unit, method, n_resamples, seed, n_refit)
+    where = dest.parent if dest is not None else inp.dir  # coverage.json beside the output, else the run's
+    warns = "".join(w + "\n" for w in coverage_warnings(entries, where / "coverage.json")) if where else ""
+    text = f"read: {inp.said or inp.named}\n{t.summary()}\n" + live_report(t, entries) + render(entries) + warns
+    if dest is None:
+        return text + why + "\n"
+    outputs.write_all([(dest, ci_text(entries, t, cmd))], text)
+    return text + f"wrote {dest}\n"
 
 
 def live_report(t: BlockTable, entries: Sequence[Entry]) -> str:
@@ -188,19 +195,20 @@ def live_report(t: BlockTable, entries: Sequence[Entry]) -> str:
 
 
 def cli(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+    paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
     out: Annotated[
-        Optional[Path],
+        Optional[str],
         typer.Option(
-            help="ci.json to write (default: <run dir>/ci.json beside the "
-            "one run read; nothing for several runs pooled)"
+            help="ci.json to write (default: <run dir>/ci.json beside the one run read, with every option at its "
+            "default; else nothing)"
         ),
     ] = None,
-    resamples: Annotated[int, typer.Option(min=1, help="bootstrap resamples of the ratio statistics")] = 2000,
-    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    resamples: Annotated[int, typer.Option(help=f"bootstrap resamples of the ratio statistics, {RES}")] = 2000,
+    seed: Annotated[int, typer.Option(help=outputs.SEED_HELP)] = 0,
     unit: Annotated[str, typer.Option(help="resampling unit: prompt (clusters, default) or block")] = "prompt",
     method: Annotated[str, typer.Option(help="percentile (default) or bca")] = "percentile",
-    refit_resamples: Annotated[int, typer.Option(min=1, help="resamples of the nested selector refits")] = N_REFIT,
+    refit_resamples: Annotated[int, typer.Option(help=f"resamples of the nested selector refits, {RES}")] = N_REFIT,
+    latest: Annotated[bool, typer.Option("--latest", help=outputs.LATEST_HELP)] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
 ) -> None:
     """Every headline number with a 95% bootstrap CI -> OUT (ci.json) and a table on stdout.
@@ -209,15 +217,16 @@ def cli(
     primary: the fixed drafter fastest measured live where the run has a live phase, else most output tokens per
     target pass along its own trajectory), re-chosen in every resample. With a live phase the report opens with the
     live verdicts (bandit/verdicts.py): does choosing pay, measured?
-    Trajectories are counted in tokens per target pass (nothing past an output's end). PATHS: logs (default: the default campaign under runs/). --unit prompt (clusters, default) or block;
+    Trajectories are counted in tokens per target pass (nothing past an output's end). PATHS: logs (default: the
+    published campaign, paper/campaign.txt). --unit prompt (clusters, default) or block;
     --method percentile (default) or bca; --refit-resamples: resamples of the nested selector refits
     (at most --resamples). The selector's operating point is chosen inside every fold by the modelled speedup
-    (the timing model fitted on the live phase where there is one, else the rho/alpha cost model).
+    (the timing model fitted on the live phase where there is one, else the rho/alpha cost model). With any option
+    not at its default, <run dir>/ci.json is not written (only --out is).
     """
     progress.quiet(quiet)
-    if unit not in UNITS or method not in METHODS:
-        raise typer.BadParameter(f"--unit must be one of {UNITS} and --method one of {METHODS}")
-    typer.echo(main(paths or [], out, resamples, seed, unit, method, refit_resamples), nl=False)
+    out_path = outputs.path_arg(out, "--out")
+    typer.echo(main(paths or [], out_path, resamples, seed, unit, method, refit_resamples, latest), nl=False)
 
 
 if __name__ == "__main__":

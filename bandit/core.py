@@ -9,8 +9,8 @@ and the multi-sequence tokens/s [MODEL] with prompt-cluster CIs. Every line is l
 block set.
 
     python bandit/core.py [PATHS...] [--out FILE]   # -> <run dir>/core.txt beside the one run read (the
-                                                    # default campaign's without PATHS; nothing for several
-                                                    # runs pooled); tqdm progress on stderr
+                                                    # published campaign's without PATHS; with every option at
+                                                    # its default; else only --out); tqdm progress on stderr
     specbandit policies PATHS --json [--mode block|trajectory]
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 import typer
 from tqdm import tqdm
 
-from bandit import trajectory
+from bandit import outputs, trajectory
 from bandit.bootstrap import boot_totals, interval
 from bandit.evaluate import (
     block_set_text,
@@ -46,7 +46,7 @@ from bandit.evaluate import (
 )
 from bandit.multiseq import multi_sequence_replay
 from bandit.falsify import REPLICATES, falsify
-from bandit.logs import default_inputs, load_logs, output_path, run_dir
+from bandit.logs import load_logs
 from bandit.policies import Hedge, SpecSelect
 from bandit.primary import attach, detach
 from bandit.schema import code_version
@@ -56,23 +56,27 @@ from bandit.walk import run_timing
 ORDER_SEEDS = 20  # seeded prompt orders for the Hedge regret slope's order-seed interval
 
 
-def _load(paths: Sequence[Path] | None) -> tuple[BlockTable, str]:
+def _load(paths: Sequence[str | Path] | None, latest: bool = False) -> tuple[BlockTable, str, outputs.Inputs]:
     """The logs with their run's live phase attached (bandit/primary.py: the primary by measured speed, the
-    timing model of the tok/s [MODEL] column)."""
-    if paths:
-        t = attach(load_logs(paths), run_dir(paths))
-        return t, f"{tag(t.label)} logs {', '.join(str(p) for p in paths)}"
-    files, said = default_inputs()
-    return attach(load_logs(files), run_dir(files)), said
+    timing model of the tok/s [MODEL] column), the sentence naming them, and the inputs (bandit/outputs.py)."""
+    inp = outputs.resolve(paths, latest)
+    t = attach(load_logs(inp.files), inp.dir)
+    return t, inp.said or f"{tag(t.label)} logs {inp.named}", inp
+
+
+def _check(seeds: int, n_resamples: int, seed: int, order_seeds: int = 1, replicates: int = 1) -> None:
+    outputs.bounded("--seeds", seeds, 1, 1000), outputs.resamples(n_resamples), outputs.seed(seed)
+    outputs.bounded("--order-seeds", order_seeds, 1, 10_000), outputs.bounded("--replicates", replicates, 1, 1000)
 
 
 def cli(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+    paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     mode: Annotated[str, typer.Option(help="block | trajectory (dense logs)")] = "block",
-    seeds: Annotated[int, typer.Option(help="number of seeded prompt orders to average over")] = 3,
-    resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
-    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    seeds: Annotated[int, typer.Option(help="number of seeded prompt orders to average over, in [1, 1000]")] = 3,
+    resamples: Annotated[int, typer.Option(help=f"bootstrap resamples, {outputs.RESAMPLES_HELP}")] = 1000,
+    seed: Annotated[int, typer.Option(help=outputs.SEED_HELP)] = 0,
+    latest: Annotated[bool, typer.Option("--latest", help=outputs.LATEST_HELP)] = False,
 ) -> None:
     """Replay every drafter-selection policy on block logs, with 95% bootstrap CIs over prompt clusters.
 
@@ -85,9 +89,12 @@ def cli(
     "regret_vs_best_fixed", "regret_ci", "regret_unit", "tokens_per_s_model", "tokens_per_s_model_ci",
     "mean_accepted", "ci" (mean accepted's), "block_set", ...}}.
 
-    PATHS default to the newest measured campaign under runs/ (else the shipped simulated one).
+    PATHS default to the published campaign (paper/campaign.txt; --latest: the newest complete run). Prints only
+    (`python bandit/core.py` writes core.txt).
     """
-    t, said = _load(paths)
+    _check(seeds, resamples, seed)
+    outputs.choice("--mode", mode, ("block", "trajectory"))
+    t, said, _ = _load(paths, latest)
     rep = evaluate(t, mode, None, tuple(range(seeds)), resamples, seed)
     if json_out:
         typer.echo(json.dumps(rep.to_json(), sort_keys=True))
@@ -97,9 +104,10 @@ def cli(
 
 
 def default_out(paths: Sequence[str | Path]) -> Path | None:
-    """Where `main` writes: core.txt beside the campaign it describes (<run dir>/core.txt; the default campaign's
-    when no PATHS are given); nowhere for several runs pooled."""
-    return output_path(paths or default_inputs()[0], "core.txt")
+    """Where `main` writes with every option at its default: core.txt beside the campaign it describes (<run
+    dir>/core.txt; the published campaign's when no PATHS are given); nowhere for several runs pooled."""
+    run = outputs.resolve(paths).run
+    return None if run is None else run / "core.txt"
 
 
 def multi_sequence_lines(
@@ -177,18 +185,28 @@ def main(
     order_seeds: int = ORDER_SEEDS,
     replicates: int = REPLICATES,
     progress: bool = False,
+    latest: bool = False,
 ) -> str:
     """Print the policy replays and the falsification experiment; also write them to `out` with provenance.
 
-    out "auto": `default_out(paths)`; None: write nothing.
+    out "auto": <run dir>/core.txt when every option is at its default (bandit/outputs.py); None: write nothing.
     """
+    _check(len(seeds), n_resamples, seed, order_seeds, replicates)
     lines: list[str] = []
 
     def print(s) -> None:
         lines.append(str(s))
         builtins.print(s, flush=True)
 
-    t, said = _load([Path(p) for p in paths] or None)
+    t, said, inp = _load(paths, latest)
+    opts = [("--seeds", len(seeds), 3), ("--resamples", n_resamples, 1000), ("--seed", seed, 0)]
+    opts += [("--order-seeds", order_seeds, ORDER_SEEDS), ("--replicates", replicates, REPLICATES)]
+    differs = outputs.changed(opts)
+    given = None if out in (None, "auto") else Path(out)
+    dest, why = outputs.destination(inp, "core.txt", given, differs, "bandit/core.py")
+    if given is not None:
+        outputs.guard_out(dest, [dest.name], inp, ["core.txt"], differs)
+    print(outputs.HEADER + outputs.command("bandit/core.py", inp, opts))
     print(said)
     print(f"{tag(t.label)} {t.summary()}")
     print(evaluate(t, "block", None, seeds, n_resamples, seed, progress).summary())
@@ -208,44 +226,38 @@ def main(
         print(f"{tag(t.label)} falsification skipped: it needs a dense log (see bandit/core.py falsify)")
     print("inputs: " + ", ".join(f"{s.path} sha256:{s.sha256}" for s in t.sources) + f"; code {code_version('bandit')}")
     text = "\n".join(lines) + "\n"
-    if out is not None:
-        dest = default_out(paths) if out == "auto" else Path(out)
-        if dest is None:
-            builtins.print("not written (several runs pooled: pass --out FILE)")
-        else:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(text)
-            builtins.print(f"wrote {dest}")
+    if out is None:
+        return text
+    if dest is None:
+        builtins.print(why)
+    else:
+        outputs.write_all([(dest, text)])
+        builtins.print(f"wrote {dest}")
     return text
 
 
 def script(
     paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
     out: Annotated[
-        Optional[Path],
+        Optional[str],
         typer.Option(
-            help="output file (default: <run dir>/core.txt beside the one run read; nothing for several runs pooled)"
+            help="output file (default: <run dir>/core.txt beside the one run read, with every option at its default)"
         ),
     ] = None,
-    seeds: Annotated[int, typer.Option(help="seeded prompt orders to average over")] = 3,
-    resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
-    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
-    order_seeds: Annotated[int, typer.Option(help="prompt orders for the Hedge slope's interval")] = ORDER_SEEDS,
-    replicates: Annotated[int, typer.Option(help="simulated campaigns per prediction")] = REPLICATES,
+    seeds: Annotated[int, typer.Option(help="seeded prompt orders to average over, in [1, 1000]")] = 3,
+    resamples: Annotated[int, typer.Option(help=f"bootstrap resamples, {outputs.RESAMPLES_HELP}")] = 1000,
+    seed: Annotated[int, typer.Option(help=outputs.SEED_HELP)] = 0,
+    order_seeds: Annotated[
+        int, typer.Option(help="prompt orders for the Hedge slope's interval, in [1, 10000]")
+    ] = ORDER_SEEDS,
+    replicates: Annotated[int, typer.Option(help="simulated campaigns per prediction, in [1, 1000]")] = REPLICATES,
     progress: Annotated[bool, typer.Option(help="tqdm progress on stderr")] = True,
+    latest: Annotated[bool, typer.Option("--latest", help=outputs.LATEST_HELP)] = False,
 ) -> None:
     """The policy replays and the falsification experiment -> <run dir>/core.txt (see the module docstring)."""
     t0 = time.perf_counter()
-    main(
-        paths or (),
-        tuple(range(seeds)),
-        resamples,
-        seed,
-        out if out is not None else "auto",
-        order_seeds,
-        replicates,
-        progress,
-    )
+    dest = outputs.path_arg(out, "--out")
+    main(paths or (), tuple(range(seeds)), resamples, seed, dest or "auto", order_seeds, replicates, progress, latest)
     typer.echo(f"took {time.perf_counter() - t0:.0f} s", err=True)
 
 

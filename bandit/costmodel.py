@@ -239,18 +239,21 @@ def rho_alpha_from_manifest(manifest: dict | None) -> tuple[dict[str, float], fl
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import demo, load_logs
 
-    files, said = default_inputs()
-    t = load_logs(files)
-    print(said)
-    print(costs_for(t.drafters, t.manifests[0] if t.manifests else None).describe())
-    print(
-        "what-if break-even drafter cost rho* (every drafter costing rho, one alternative, alpha 0), "
-        "by token gain g and redraft rate R:"
-    )
-    for g in (0.02, 0.05, 0.10):
+    def body(files, said: str) -> None:
+        t = load_logs(files)
+        print(said)
+        print(costs_for(t.drafters, t.manifests[0] if t.manifests else None).describe())
         print(
-            f"  g {g:.2f}: "
-            + ", ".join(f"R {r:.2f} -> {breakeven_rho(g, r, 1, 0.0) or float('nan'):.3f}" for r in (0.1, 0.3, 0.5))
+            "what-if break-even drafter cost rho* (every drafter costing rho, one alternative, alpha 0), "
+            "by token gain g and redraft rate R:"
         )
+        for g in (0.02, 0.05, 0.10):
+            rs = (0.1, 0.3, 0.5)
+            print(
+                f"  g {g:.2f}: "
+                + ", ".join(f"R {r:.2f} -> {breakeven_rho(g, r, 1, 0.0) or float('nan'):.3f}" for r in rs)
+            )
+
+    demo(body, "The campaign's costs (rho, alpha) and the what-if break-even drafter cost.")

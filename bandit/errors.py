@@ -8,8 +8,10 @@ below. A bug in the code itself (any other exception) still shows its traceback:
 turn bugs into messages.
 
 Exit codes: 1 for an input problem (`InputError`, and the ValueErrors numpy/scipy raise on input
-they cannot use); 2 for a usage error (typer's own); 3 for a file that cannot be read or written
-(OSError: missing, permission denied, disk full).
+they cannot use); 2 for a usage error (typer's own, and `UsageError`: an option's value outside the
+range its --help states, said in one line naming the option); 3 for a file that cannot be read or
+written (OSError: missing, permission denied, disk full, a symlink where an output goes). A report
+computed whole whose file cannot be written is printed before the error line (`report` on the error).
 """
 
 from __future__ import annotations
@@ -21,11 +23,16 @@ from typing import Callable
 import typer
 
 EXIT_INPUT = 1  # the input is wrong: fix it and run again
+EXIT_USAGE = 2  # an option out of its range: read --help
 EXIT_IO = 3  # the file system refused: a path, a permission, a full disk
 
 
 class InputError(ValueError):
     """A problem in the user's input, said in one line that names where (a path, a line, a field)."""
+
+
+class UsageError(InputError):
+    """An option's value out of its stated range (or two options that exclude each other): exit 2, as typer's own."""
 
 
 # What `boundary` turns into one line. KeyError and ValueError: a field missing, or a value an
@@ -44,7 +51,7 @@ def message(e: BaseException) -> str:
 
 
 def exit_code(e: BaseException) -> int:
-    return EXIT_IO if isinstance(e, OSError) else EXIT_INPUT
+    return EXIT_IO if isinstance(e, OSError) else EXIT_USAGE if isinstance(e, UsageError) else EXIT_INPUT
 
 
 def boundary(fn: Callable) -> Callable:
@@ -58,6 +65,9 @@ def boundary(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except HANDLED as e:
+            report = getattr(e, "report", None)  # a report computed whole, its file unwritten: printed first
+            if report:
+                typer.echo(report, nl=False)
             typer.echo(f"error: {message(e)}", err=True)
             raise typer.Exit(exit_code(e)) from None
 
@@ -68,3 +78,13 @@ def run(fn: Callable) -> None:
     """`typer.run` of a module's command through the boundary (the `python bandit/<module>.py` entry)."""
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     typer.run(boundary(fn))
+
+
+def guarded(main: Callable[[], int | None]) -> None:
+    """An argparse script's `main()` through the boundary (paper/build.py, bench/coverage.py): exits with its
+    return value, or one line and the code above for a HANDLED error."""
+    try:
+        code = boundary(main)()
+    except typer.Exit as e:
+        code = e.exit_code
+    sys.exit(code if isinstance(code, int) else 0)

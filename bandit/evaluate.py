@@ -489,10 +489,10 @@ def gain_of(totals: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], n_resam
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import demo, load_logs
     from bandit.primary import attach_own
 
-    files, said = default_inputs()
-    t = attach_own(load_logs(files))
-    print(said)
-    print(evaluate(t, "block", None, (0,), 1000, 0).summary())
+    def body(files, said: str) -> None:
+        print(said, evaluate(attach_own(load_logs(files)), "block", None, (0,), 1000, 0).summary(), sep="\n")
+
+    demo(body, "Every policy replayed in block mode (one prompt order, 1000 resamples).")

@@ -465,9 +465,11 @@ def falsify(
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import demo, load_logs
 
-    files, said = default_inputs()
-    t = load_logs(files)
-    print(said)
-    print(falsify(t).summary())
+    def body(files, said: str) -> None:
+        t = load_logs(files)
+        print(said)
+        print(falsify(t).summary())
+
+    demo(body, "The calibrated simulation and whether the logs falsify it.")

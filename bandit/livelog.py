@@ -98,10 +98,46 @@ def _config_problem(config: str, policies) -> str | None:
     return f"{config!r} is none of {PLAIN}, {FIXED}<drafter>, {BEST_OF_N}, {POLICY}<policy>"
 
 
+DAY_MS = 86_400_000.0  # no decode of one prompt takes a day
+MAX_TOKENS = 2**20  # the output budget when the run records none
+MAX_PROMPT_LEN = 2**31
+
+
+def max_new_tokens(run: Path) -> int:
+    """The run's output budget per prompt: the manifest's max_new_tokens, else settings.json's, else MAX_TOKENS."""
+    for name in ("manifest.json", "settings.json"):
+        try:
+            v = json.loads((Path(run) / name).read_text()).get("max_new_tokens")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if _count(v) and 0 < v <= MAX_TOKENS:
+            return v
+    return MAX_TOKENS
+
+
+def _check_ranges(rec: dict, path: Path, i: int, budget: int) -> None:
+    """Every field within what one decode can be (located by line and field), beyond its type."""
+    if rec["prompt_len"] >= MAX_PROMPT_LEN:
+        raise LogError(path, i, "prompt_len", f"{rec['prompt_len']} is not below 2^31")
+    if rec["tokens"] > budget:
+        raise LogError(path, i, "tokens", f"{rec['tokens']} exceeds the run's max_new_tokens {budget}")
+    if rec["passes"] > rec["tokens"]:  # every target pass emits at least one token
+        raise LogError(path, i, "passes", f"{rec['passes']} target passes for {rec['tokens']} tokens")
+    if rec["verified"] < rec["passes"]:  # every pass verifies at least its own token
+        raise LogError(path, i, "verified", f"{rec['verified']} verified tokens in {rec['passes']} passes")
+    if rec["wall_ms"] >= DAY_MS:
+        raise LogError(path, i, "wall_ms", f"{rec['wall_ms']!r} ms is a day or more for one prompt")
+    if any(v >= DAY_MS for v in rec["draft_ms"].values()):
+        raise LogError(path, i, "draft_ms", f"{rec['draft_ms']!r}: a day or more of drafting for one prompt")
+    if "same_as_dense" in rec and not isinstance(rec["same_as_dense"], bool):
+        raise LogError(path, i, "same_as_dense", f"{rec['same_as_dense']!r} is not a boolean (true or false)")
+
+
 def read_live(run: Path) -> list[dict]:
     path = Path(run) / LIVE_FILE
     if not path.is_file():
         raise LogError(path, 0, "live.jsonl", "no live phase in this run (sweep.py --live-prompts N writes it)")
+    budget = max_new_tokens(run)
     out = []
     try:
         text = path.read_bytes().decode("utf-8")
@@ -148,6 +184,7 @@ def read_live(run: Path) -> list[dict]:
             raise LogError(path, i, "draft_ms", f"{dm!r} is not an object of times in ms (finite, >= 0)")
         if rec["config"] == PLAIN and any(rec["calls"].values()):  # the target's own loop drafts nothing
             raise LogError(path, i, "calls", f"{rec['calls']!r}: a plain decode calls no drafter")
+        _check_ranges(rec, path, i, budget)
         rec["_line"] = i
         out.append(rec)
     if not out:
@@ -223,6 +260,22 @@ def _trajectory_counts(t: BlockTable, config: str, prompts: Sequence[int] = (), 
     return Walked(passes, verified.astype(np.int64), passes[:, None] * used[None, :], None)
 
 
+def check_tokens(t: BlockTable, live: Sequence[dict], path: Path | str = LIVE_FILE) -> None:
+    """A decode marked equal to the dense log's output (`same_as_dense`, the default) has its length: refused
+    otherwise, located (prompts outside the table are not checked here)."""
+    index = {name: i for i, name in enumerate(t.prompt_ids)}
+    lengths = trajectory.output_lengths(t) if t.dense else None
+    for r in live:
+        p = index.get(f"{r['workload']}/{r['prompt_id']}")
+        if lengths is not None and p is not None and r.get("same_as_dense", True) and r["tokens"] != lengths[p]:
+            raise LogError(
+                path,
+                r.get("_line", 0),
+                "tokens",
+                f"{r['tokens']} tokens, but the output is marked the dense log's, which has {lengths[p]}",
+            )
+
+
 def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> list[Decode]:
     trajectory.require_dense(t)
     index = {name: i for i, name in enumerate(t.prompt_ids)}
@@ -234,6 +287,7 @@ def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> li
             bad = sorted(set(r.get(f) or {}) - set(t.drafters))
             if bad:
                 raise LogError(path, r.get("_line", 0), f, f"names {bad}, not among the dense log's drafters")
+    check_tokens(t, live, path)
     counts = {}
     timing = policy_timing(t) if any(r["config"].startswith(POLICY) for r in live) else None
     for r in live:
@@ -276,13 +330,14 @@ def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> li
 
 
 if __name__ == "__main__":
+    from bandit.logs import demo
     from collections import Counter
 
-    from bandit.logs import default_campaign
+    def body(files, said: str) -> None:
+        live = read_live(files[0].parent)
+        print(
+            f"{files[0].parent / LIVE_FILE}: {len(live)} decodes; "
+            + ", ".join(f"{c} {n}" for c, n in sorted(Counter(r["config"] for r in live).items()))
+        )
 
-    run = Path(sys.argv[1]) if len(sys.argv) > 1 else default_campaign()[0]
-    live = read_live(run)
-    print(
-        f"{run / LIVE_FILE}: {len(live)} decodes; "
-        + ", ".join(f"{c} {n}" for c, n in sorted(Counter(r["config"] for r in live).items()))
-    )
+    demo(body, "How many decodes of each configuration the run's live phase holds.")

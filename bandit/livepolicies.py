@@ -103,24 +103,24 @@ def replay(t: BlockTable, name: str | Policy, prompts: Sequence[int], timing: Ti
 
 if __name__ == "__main__":
     import time
-    from pathlib import Path
 
-    from bandit.logs import default_campaign, expand_paths, load_logs, read_manifest
+    from bandit.logs import demo, load_logs, read_manifest
 
-    run = Path(sys.argv[1]) if len(sys.argv) > 1 else default_campaign()[0]
-    files = expand_paths([run])
-    t = load_logs(files)
-    m = read_manifest(files[0]) or {}
-    pt = (m.get("live") or {}).get("policy_timing")
-    timing = Timing.from_manifest({"k": m.get("k"), "timing": pt} if pt else m, t.drafters)
-    prompts = np.arange(t.n_prompts)
-    print(f"[{t.label}] {run}: {t.summary()}; every prompt in table order")
-    for name in LIVE_POLICIES:
-        t0 = time.perf_counter()
-        c = replay(t, name, prompts, timing)
-        mix = ", ".join(f"{d} {x / c.passes.sum():.0%}" for d, x in zip(t.drafters, c.chosen.sum(0)) if x)
-        tok = t.n_records  # a dense log: one record per output token
-        print(
-            f"  policy:{name}: {tok / c.passes.sum():.3f} tokens per pass, {int(c.calls.sum())} draft calls; "
-            f"chosen {mix} ({time.perf_counter() - t0:.1f} s)"
-        )
+    def body(files, said: str) -> None:
+        t = load_logs(files)
+        m = read_manifest(files[0]) or {}
+        pt = (m.get("live") or {}).get("policy_timing")
+        timing = Timing.from_manifest({"k": m.get("k"), "timing": pt} if pt else m, t.drafters)
+        prompts = np.arange(t.n_prompts)
+        print(f"[{t.label}] {said}: {t.summary()}; every prompt in table order")
+        for name in LIVE_POLICIES:
+            t0 = time.perf_counter()
+            c = replay(t, name, prompts, timing)
+            mix = ", ".join(f"{d} {x / c.passes.sum():.0%}" for d, x in zip(t.drafters, c.chosen.sum(0)) if x)
+            tok = t.n_records  # a dense log: one record per output token
+            print(
+                f"  policy:{name}: {tok / c.passes.sum():.3f} tokens per pass, {int(c.calls.sum())} draft calls; "
+                f"chosen {mix} ({time.perf_counter() - t0:.1f} s)"
+            )
+
+    demo(body, "Every live policy replayed on the dense log, every prompt in table order.")

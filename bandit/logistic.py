@@ -307,4 +307,6 @@ def _self_check() -> str:
 
 
 if __name__ == "__main__":
-    print(_self_check())
+    from bandit.errors import run
+
+    run(lambda: print(_self_check()))

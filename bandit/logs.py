@@ -2,15 +2,13 @@
 
 A block log is JSON lines, one object per (prompt, position) at which every drafter drafted
 from the same prefix (see docs/DESIGN.md). `load_logs` turns any number of files into a
-`BlockTable` of plain numpy arrays, or raises `LogError` whose message is
-`PATH:LINE: FIELD: problem`. Nothing is silently dropped: every record either loads or is
-an error. Each log is read once by pyarrow (bandit/columnar.py) or, where that reader refuses
-it, on the exact path (bandit/records.py), which names every error; the first load leaves a
-Parquet copy of the validated columns beside the log (hidden, keyed by its sha256) that later
-loads read instead. `pack` writes such copies as a campaign of block Parquet files
-(`blocks_<name>.parquet`), which load like the logs themselves.
+`BlockTable` of numpy arrays, or raises `LogError` (`PATH:LINE: FIELD: problem`): nothing is
+silently dropped. Each log is read once by pyarrow (bandit/columnar.py) or, where it refuses, on
+the exact path (bandit/records.py), which names every error; the first load leaves a Parquet copy
+of the validated columns beside the log (hidden, keyed by its sha256) that later loads read
+instead. `pack` writes such copies as block Parquet files (`blocks_<name>.parquet`).
 
-    python bandit/logs.py [PATHS...]     # one-line summary of the logs (default: runs/)
+    python bandit/logs.py [PATHS...]     # one-line summary of the logs (default: the published campaign)
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Iterable, Optional, Sequence
+from typing import Annotated, Callable, Iterable, Optional, Sequence
 
 import typer
 
@@ -34,6 +32,7 @@ from bandit.columnar import ParquetPart, StaleCache, block_table, read_arrow
 from bandit.logcache import cache_dir, cached, write_cache
 from bandit.columnar import write_parquet
 from bandit.safeio import write_file
+from bandit.errors import run
 from bandit.observed import is_observed, refuse_counterfactual
 from bandit.records import Drafters, Keys, file_sha256, iter_records, read_exact
 from bandit.schema import EMPTY_DRAFT_FEATURES, FEATURES, LABELS, REPO, SCHEMA_VERSION
@@ -330,8 +329,8 @@ def _pack_plan(files: list[Path], out: Path) -> tuple[dict[Path, Path], bytes | 
 
 
 def pack(
-    paths: Annotated[list[Path], typer.Argument(help="log files, globs or directories")],
-    out: Annotated[Path, typer.Option("--out", help="directory to write blocks_<name>.parquet into")],
+    paths: Annotated[list[str], typer.Argument(help="log files, globs or directories")],
+    out: Annotated[str, typer.Option("--out", help="directory to write blocks_<name>.parquet into")],
 ) -> None:
     """Pack block logs as Parquet: blocks_<name>.parquet per log in OUT, and the run's manifest.json.
 
@@ -339,7 +338,9 @@ def pack(
     without parsing JSON. Refuses logs of different campaigns, a symlink in OUT's place or a file's,
     and a file in OUT that already holds other content.
     """
-    files = expand_paths(paths)
+    if not out:  # typer would make '' the working directory
+        raise LogError("''", 0, "out", "an empty path (name a directory)")
+    files, out = expand_paths(paths), Path(out)
     plan, manifest = _pack_plan(files, out)
     load_logs(files)
     if out.is_symlink():
@@ -476,20 +477,22 @@ def cli(
         typer.echo(f"valid: {s}")
 
 
-PATHS_HELP = "log files, globs or directories (default: the default campaign under runs/)"
+def demo(body: Callable[[list[Path], str], None], doc: str) -> None:
+    """`python bandit/<module>.py [PATHS] [--latest]` through the boundary (bandit/errors.py): body(files, said)."""
 
+    def main(
+        paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
+        latest: Annotated[
+            bool, typer.Option("--latest", help="the newest complete run, not the published one")
+        ] = False,
+    ) -> None:
+        if paths and latest:  # one or the other
+            raise LogError("--latest", 0, "paths", "--latest picks the run itself: give no paths with it")
+        body(*((expand_paths(paths), f"logs {', '.join(paths)}") if paths else default_inputs(latest=latest)))
 
-def script(paths: Annotated[Optional[list[Path]], typer.Argument(help=PATHS_HELP)] = None) -> None:
-    """Load the logs (default: the default campaign under runs/) and print their one-line summary."""
-    if paths:
-        typer.echo(load_logs(paths).summary())
-    else:
-        files, said = default_inputs()
-        typer.echo(said)
-        typer.echo(load_logs(files).summary())
+    main.__doc__ = doc + " PATHS default to the published campaign (paper/campaign.txt)."
+    run(main)
 
 
 if __name__ == "__main__":
-    from bandit.errors import run
-
-    run(script)
+    demo(lambda files, said: typer.echo(f"{said}\n{load_logs(files).summary()}"), "The logs' one-line summary.")

@@ -130,19 +130,22 @@ def multi_sequence_replay(
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import demo, load_logs
     from bandit.primary import attach_own
 
-    files, said = default_inputs()
-    t = attach_own(load_logs(files))
-    print(said)
-    p = trajectory.primary(t)
-    print(f"primary {t.drafters[p]}: the {trajectory.rule_name(t)}; step times from the manifest's timing")
-    mode = "trajectory" if t.dense else "block"
-    for n in (1, 4):
-        a = multi_sequence_replay(t, SpecSelect(), n, mode)
-        b = multi_sequence_replay(t, None, n, mode, fixed=p)
-        print(
-            f"[MODEL] {n} sequence(s) per step: spec_select {1000 * a.tokens.sum() / a.ms.sum():.1f} tokens/s, "
-            f"all on {t.drafters[p]} {1000 * b.tokens.sum() / b.ms.sum():.1f} (point values; CIs: python bandit/core.py)"
-        )
+    def body(files, said: str) -> None:
+        t = attach_own(load_logs(files))
+        print(said)
+        p = trajectory.primary(t)
+        print(f"primary {t.drafters[p]}: the {trajectory.rule_name(t)}; step times from the manifest's timing")
+        mode = "trajectory" if t.dense else "block"
+        for n in (1, 4):
+            a = multi_sequence_replay(t, SpecSelect(), n, mode)
+            b = multi_sequence_replay(t, None, n, mode, fixed=p)
+            print(
+                f"[MODEL] {n} sequence(s) per step: spec_select {1000 * a.tokens.sum() / a.ms.sum():.1f} tokens/s, "
+                f"all on {t.drafters[p]} {1000 * b.tokens.sum() / b.ms.sum():.1f} (point values; CIs: "
+                "python bandit/core.py)"
+            )
+
+    demo(body, "Several sequences per step: spec-select against every sequence on the primary [MODEL].")

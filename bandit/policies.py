@@ -46,7 +46,12 @@ def make_policies(random_state: int = 0) -> list[BasePolicy]:
 
 
 if __name__ == "__main__":
+    from bandit.errors import run
     from bandit.walk import flips_demo
 
-    flips_demo(make_policies())
-    print("(intervals: python bandit/core.py)")
+    def demo() -> None:
+        """Every policy on the planted ranking-flip demo; intervals: python bandit/core.py."""
+        flips_demo(make_policies())
+        print("(intervals: python bandit/core.py)")
+
+    run(demo)

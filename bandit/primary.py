@@ -33,7 +33,7 @@ import numpy as np
 
 from bandit import trajectory
 from bandit.costmodel import costs_for
-from bandit.livelog import LIVE_FILE, read_live
+from bandit.livelog import LIVE_FILE, check_tokens, read_live
 from bandit.resample import count_chunks
 from bandit.schema import Timing
 from bandit.table import BlockTable
@@ -49,6 +49,7 @@ def attach(t: BlockTable, run_dir: Path | str | None) -> BlockTable:
     if not (Path(run_dir) / LIVE_FILE).is_file():
         return modelled(t)
     live = read_live(Path(run_dir))
+    check_tokens(t, live, Path(run_dir) / LIVE_FILE)
     have = {r["config"] for r in live}
     missing = [d for d in t.drafters if f"fixed:{d}" not in have]
     if missing:
@@ -271,14 +272,13 @@ def model_check_lines(t: BlockTable) -> list[str]:
 
 
 if __name__ == "__main__":
-    import sys
+    from bandit.logs import demo, load_logs
 
-    from bandit.logs import default_inputs, load_logs
+    def body(files, said: str) -> None:
+        t = attach_own(load_logs(files))
+        print(said)
+        print("\n".join(primary_lines(t) + model_check_lines(t)))
+        if t.timing_model is not None:
+            print(t.timing_model.describe())
 
-    args = sys.argv[1:]
-    files, said = (args, f"logs {' '.join(args)}") if args else default_inputs()
-    t = attach_own(load_logs(files))
-    print(said)
-    print("\n".join(primary_lines(t) + model_check_lines(t)))
-    if t.timing_model is not None:
-        print(t.timing_model.describe())
+    demo(body, "The primary, by which rule, and the cost models against the live phase.")

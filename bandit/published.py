@@ -361,6 +361,7 @@ class LinUCB(BasePolicy):
 
 
 if __name__ == "__main__":
+    from bandit.errors import run
     from bandit.walk import flips_demo
 
-    flips_demo([UCBSpec(), EXP3Spec(), HedgeQuery(), ThompsonCtx(), HedgeCtx(), LinUCB()])
+    run(lambda: flips_demo([UCBSpec(), EXP3Spec(), HedgeQuery(), ThompsonCtx(), HedgeCtx(), LinUCB()]))

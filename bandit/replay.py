@@ -6,7 +6,7 @@ trajectories are counted in output tokens per target pass. The trajectory oracle
 shortest path over positions (fewest target passes), not the greedy per-block maximum.
 Replaying a policy is bandit/walk.py's job; this module's numbers need no policy.
 
-    python bandit/replay.py [PATHS...]                 # readable tables (default: the default campaign)
+    python bandit/replay.py [PATHS...]                 # readable tables (default: the published campaign)
     specbandit replay PATHS --json [--drafters a,b]    # one JSON object
 """
 
@@ -26,9 +26,9 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-from bandit import trajectory
+from bandit import outputs, trajectory
 from bandit.bootstrap import degenerate, fmt, fmt_ci, no_variation
-from bandit.logs import default_inputs, load_logs, output_path, run_dir
+from bandit.logs import load_logs
 from bandit.observed import is_observed, summarize_observed
 from bandit.primary import attach, fastest_by_workload, primary_lines
 from bandit.replay_stats import accepted_entries, table_stats
@@ -330,22 +330,19 @@ def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int 
 # ---------------------------------------------------------------- entry points
 
 
-def _load(paths: Sequence[Path] | None, drafters: str = "") -> tuple[BlockTable, str]:
-    """The logs, with their run's live phase attached (bandit/primary.py: the primary by measured speed)."""
-    names = [d for d in drafters.split(",") if d] or None
-    if paths:
-        t = load_logs(paths, names)
-        return attach(t, run_dir(paths)), f"[{t.label}] logs {', '.join(str(p) for p in paths)}"
-    files, said = default_inputs()
-    return attach(load_logs(files, names), run_dir(files)), said
-
-
 def cli(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+    paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     drafters: Annotated[str, typer.Option(help="comma-separated subset of drafters")] = "",
-    resamples: Annotated[int, typer.Option(min=0, help="bootstrap resamples for the 95% CIs (0: none)")] = 2000,
-    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    resamples: Annotated[
+        int, typer.Option(help=f"bootstrap resamples for the 95% CIs, in [0, {outputs.MAX_RESAMPLES}] (0: no CI)")
+    ] = 2000,
+    seed: Annotated[int, typer.Option(help=outputs.SEED_HELP)] = 0,
+    out: Annotated[
+        Optional[str],
+        typer.Option(help="report file (default: <run dir>/replay.txt, with every option at its default)"),
+    ] = None,
+    latest: Annotated[bool, typer.Option("--latest", help=outputs.LATEST_HELP)] = False,
 ) -> None:
     """Counterfactual replay on the block set: mean accepted table, primary, workload and per-block oracles,
     trajectories in tokens per target pass.
@@ -354,8 +351,9 @@ def cli(
     the fastest fixed drafter measured in the run's live phase where it has one, else most output tokens per target
     pass along its own trajectory; `block` marks are ignored). Length-biased means
     over every position of a dense log appear only under `per_position` names.
-    PATHS default to the newest complete measured run under runs/ (else the shipped simulated one); when the logs are
-    one run, the tables are also written beside it (<run dir>/replay.txt). --json prints one JSON object (keys: label, block_set, table, pooled, primary,
+    PATHS default to the published campaign (paper/campaign.txt; --latest: the newest complete run). When the logs
+    are one run and every option is at its default, the tables are also written beside it (<run dir>/replay.txt;
+    else only to --out). --json prints one JSON object (keys: label, block_set, table, pooled, primary,
     workload_headroom, per_block_gap, n_blocks, trajectory and tokens_per_pass and per_position on dense logs, ci);
     --drafters a,b restricts the drafters.
     """
@@ -363,25 +361,47 @@ def cli(
         for p in paths:
             summarize_observed(p)
         return
-    t, said = _load(paths, drafters)
+    typer.echo(main(paths or [], json_out, drafters, resamples, seed, outputs.path_arg(out, "--out"), latest), nl=False)
+
+
+def main(
+    paths: Sequence[str | Path] = (),
+    json_out: bool = False,
+    drafters: str = "",
+    n_resamples: int = 2000,
+    seed: int = 0,
+    out: Path | None = None,
+    latest: bool = False,
+) -> str:
+    """The report (or with `json_out` the JSON object); written to OUT (default, with every option at its default:
+    <run dir>/replay.txt beside the one run read; bandit/outputs.py)."""
+    outputs.resamples(n_resamples, allow_zero=True), outputs.seed(seed)
+    inp = outputs.resolve(paths, latest)
+    names = [d for d in drafters.split(",") if d] or None
+    t = attach(load_logs(inp.files, names), inp.dir)  # the primary by measured speed (bandit/primary.py)
     s = summarize(t)
-    if resamples > 0:
-        s = with_ci(s, t, resamples, seed)
+    if n_resamples > 0:
+        s = with_ci(s, t, n_resamples, seed)
     if json_out:
         fast = {w: {"drafter": d, "tokens_per_s": v} for w, (d, v) in fastest_by_workload(t).items()}
-        typer.echo(json.dumps(s.to_json() | ({"fastest_fixed_live": fast} if fast else {}), sort_keys=True))
-        return
-    live = "\n".join(primary_lines(t, max(resamples, 1), seed)) + "\n" if t.live_tokens is not None else ""
+        return json.dumps(s.to_json() | ({"fastest_fixed_live": fast} if fast else {}), sort_keys=True) + "\n"
+    opts = [("--drafters", drafters, ""), ("--resamples", n_resamples, 2000), ("--seed", seed, 0)]
+    differs = outputs.changed(opts)
+    dest, why = outputs.destination(inp, "replay.txt", out, differs, "bandit/replay.py")
+    if out is not None:
+        outputs.guard_out(dest, [dest.name], inp, ["replay.txt"], differs)
+    cmd = outputs.command("bandit/replay.py", inp, opts)
+    live = "\n".join(primary_lines(t, max(n_resamples, 1), seed)) + "\n" if t.live_tokens is not None else ""
+    said = inp.said or f"[{t.label}] logs {inp.named}"
     text = (
-        f"{said}\n{t.summary()}\n{s.summary()}\n{live}inputs: "
+        f"{outputs.HEADER}{cmd}\n{said}\n{t.summary()}\n{s.summary()}\n{live}inputs: "
         + ", ".join(f"{p} sha256:{h[:12]}" for p, h in s.sources)
         + f"; code {code_version('bandit')}\n"
     )
-    typer.echo(text, nl=False)
-    out = output_path([Path(s.path) for s in t.sources], "replay.txt")
-    if out is not None:  # a derived output of the run it describes, beside it
-        out.write_text(text)
-        typer.echo(f"wrote {out}")
+    if dest is None:
+        return text + why + "\n"
+    outputs.write_all([(dest, text)], text)
+    return text + f"wrote {dest}\n"
 
 
 if __name__ == "__main__":

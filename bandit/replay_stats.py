@@ -187,11 +187,13 @@ def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> lis
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import demo, load_logs
     from bandit.primary import attach_own
 
-    files, said = default_inputs()
-    t = attach_own(load_logs(files))
-    print(said)
-    for e in table_stats(t, "prompt", 2000, 0, "percentile"):
-        print(f"[{e.label}] {e.name}: {e.ci}")
+    def body(files, said: str) -> None:
+        t = attach_own(load_logs(files))
+        print(said)
+        for e in table_stats(t, "prompt", 2000, 0, "percentile"):
+            print(f"[{e.label}] {e.name}: {e.ci}")
+
+    demo(body, "Every replay statistic with its 95% CI (2000 resamples, seed 0).")

@@ -191,7 +191,8 @@ def code_version(subdir: str | None = None) -> str:
     return f"{__version__}+g{head[:12]}" if head else __version__
 
 
-if __name__ == "__main__":
+def _describe() -> None:
+    """The schema version, the labels, the lookup kinds and one draft's features."""
     conf, ent = [0.9, 0.5, 0.7], [0.2, 1.1, 0.6]
     print(f"schema v{SCHEMA_VERSION}; labels {', '.join(LABELS)}; lookup kinds {', '.join(LOOKUP_KINDS)}")
     print(
@@ -199,3 +200,9 @@ if __name__ == "__main__":
         ", ".join(f"{n} {x:.4f}" for n, x in zip(FEATURES, draft_features(conf, ent))),
     )
     print("analysis code version:", code_version("bandit"))
+
+
+if __name__ == "__main__":
+    from bandit.errors import run
+
+    run(_describe)

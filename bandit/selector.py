@@ -21,9 +21,9 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-from bandit import progress, trajectory
+from bandit import outputs, progress, trajectory
 from bandit.bootstrap import JACK_GROUPS, Entry, Interval, cluster_units, interval, resample_counts
-from bandit.logs import default_inputs, load_logs, run_dir
+from bandit.logs import load_logs
 from bandit.primary import attach, model_check_lines
 from bandit.schema import code_version
 from bandit.selector_fit import SCORES, NestedResult, candidates, frontier_points, nested, primaries, rule_text
@@ -210,15 +210,13 @@ def render(t: BlockTable, point: NestedResult, boot: NestedResult | None = None,
     return "\n".join(lines) + "\n"
 
 
-def write_frontier(t: BlockTable, out_dir: Path, scores: Sequence[str] = SCORES) -> tuple[Path, Path]:
-    """OUT_DIR/selector_frontier.csv (score, redraft_rate, capture, token_gain) and .png with the random diagonal."""
+def frontier_files(t: BlockTable, command: str, scores: Sequence[str] = SCORES) -> tuple[str, bytes]:
+    """selector_frontier.csv's text (score, redraft_rate, capture, token_gain) and .png's bytes (random diagonal)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv, png = out_dir / "selector_frontier.csv", out_dir / "selector_frontier.png"
     rows = ["score,redraft_rate,capture,token_gain"]
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=0.8, label="random re-draft (area 0.5)")
@@ -234,19 +232,34 @@ def write_frontier(t: BlockTable, out_dir: Path, scores: Sequence[str] = SCORES)
     ax.set_title(f"selector frontier, pooled out-of-fold [{t.label}]")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(png, dpi=120, metadata={"Software": None})
+    data = outputs.png(fig, command)
     plt.close(fig)
-    csv.write_text("\n".join(rows) + "\n")
-    return csv, png
+    return "\n".join(rows) + "\n", data
 
 
-def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_dir: Path | None = None) -> str:
-    said = f"read: {', '.join(str(p) for p in paths)}"
-    if not paths:
-        paths, said = default_inputs()
-        said = f"read: {said}"
-    out_dir = run_dir(paths) if out_dir is None else out_dir
-    t = attach(load_logs(paths), run_dir(paths))
+FILES = ("selector.txt", "selector_frontier.csv", "selector_frontier.png")
+
+
+def main(
+    paths: Sequence[str | Path] = (),
+    n_resamples: int = 200,
+    seed: int = 0,
+    out_dir: Path | None = None,
+    latest: bool = False,
+) -> str:
+    """The report; selector.txt and selector_frontier.csv/.png written into OUT_DIR (default, with every option at
+    its default: beside the one run read; bandit/outputs.py)."""
+    outputs.resamples(n_resamples, allow_zero=True), outputs.seed(seed)
+    inp = outputs.resolve(paths, latest)
+    opts = [("--resamples", n_resamples, 200), ("--seed", seed, 0)]
+    differs = outputs.changed(opts)
+    dest, why = outputs.destination(
+        inp, "selector.txt", None if out_dir is None else Path(out_dir) / FILES[0], differs, "bandit/selector.py"
+    )
+    if out_dir is not None:
+        outputs.guard_out(dest, FILES, inp, FILES, differs)
+    cmd = outputs.command("bandit/selector.py", inp, opts)
+    t = attach(load_logs(inp.files), inp.dir)
     point = nested(t, np.ones((1, t.n_prompts)))
     boot, how = None, ""
     if n_resamples > 0:
@@ -263,34 +276,37 @@ def main(paths: Sequence[Path] = (), n_resamples: int = 200, seed: int = 0, out_
     text_body = render(t, point, boot, how, seed)
     checks = "".join(x + "\n" for x in model_check_lines(t))
     text = (
-        f"{said}\n{t.summary()}\n"
+        f"{outputs.HEADER}{cmd}\n"
+        f"read: {inp.said or inp.named}\n{t.summary()}\n"
         + text_body
         + ("\n" + checks if checks else "")
         + "inputs: "
         + ", ".join(f"{x.path} sha256:{x.sha256[:12]}" for x in t.sources)
         + f"; code {code_version('bandit')}\n"
     )
-    if out_dir is not None:
-        csv, png = write_frontier(t, Path(out_dir))
-        (Path(out_dir) / "selector.txt").write_text(text)
-        text += f"wrote {Path(out_dir) / 'selector.txt'}, {png} and {csv}\n"
-    return text
+    if dest is None:
+        return text + why + "\n"
+    csv, png = frontier_files(t, cmd)
+    d = dest.parent
+    outputs.write_all([(d / FILES[0], text), (d / FILES[1], csv), (d / FILES[2], png)], text)
+    return text + f"wrote {d / FILES[0]}, {d / FILES[2]} and {d / FILES[1]}\n"
 
 
 def cli(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="log files, globs or directories")] = None,
+    paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
     resamples: Annotated[
-        int, typer.Option(min=0, help="bootstrap resamples for the frontier-area CIs (0: none)")
+        int,
+        typer.Option(help=f"bootstrap resamples for the frontier-area CIs, in [0, {outputs.MAX_RESAMPLES}] (0: no CI)"),
     ] = 200,
-    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    seed: Annotated[int, typer.Option(help=outputs.SEED_HELP)] = 0,
     out_dir: Annotated[
-        Optional[Path],
+        Optional[str],
         typer.Option(
-            help="write selector.txt and selector_frontier.png/.csv here "
-            "(default: beside the one run read; nowhere for several "
-            "runs pooled)"
+            help="write selector.txt and selector_frontier.png/.csv here (default: beside the one run read, with "
+            "every option at its default; else nowhere)"
         ),
     ] = None,
+    latest: Annotated[bool, typer.Option("--latest", help=outputs.LATEST_HELP)] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
 ) -> None:
     """Per-block selector, leave-one-workload-out: frontier areas (0.5 = random) of the logistic score and the
@@ -298,10 +314,10 @@ def cli(
     and threshold chosen on the training workloads by the modelled speedup: the timing model fitted on the run's live
     phase where it has one, else the rho/alpha model of the manifest's timing, else the what-if of docs/DESIGN.md).
     The primary: the fastest fixed drafter measured live, else the token proxy. Dense logs: every fold on its
-    primary's trajectory starts.
+    primary's trajectory starts. PATHS default to the published campaign (paper/campaign.txt).
     """
     progress.quiet(quiet)
-    typer.echo(main(paths or [], resamples, seed, out_dir), nl=False)
+    typer.echo(main(paths or [], resamples, seed, outputs.path_arg(out_dir, "--out-dir"), latest), nl=False)
 
 
 if __name__ == "__main__":

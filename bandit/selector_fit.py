@@ -472,17 +472,18 @@ def frontier_points(t: BlockTable, score: str = "logistic") -> tuple[np.ndarray,
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_inputs, load_logs
-
+    from bandit.logs import demo, load_logs
     from bandit.primary import attach_own
 
-    files, said = default_inputs()
-    t = attach_own(load_logs(files))
-    point = nested(t, np.ones((1, t.n_prompts)))
-    print(said)
-    print(
-        f"[{t.label}] frontier area (out-of-fold capture vs redraft rate; 0.5 = random), pooled over held-out "
-        "workloads, point estimates (CIs: python bandit/selector.py):"
-    )
-    for s in point.areas:
-        print(f"  {s}: {float(point.areas[s][0, -1]):.3f}")
+    def body(files, said: str) -> None:
+        t = attach_own(load_logs(files))
+        point = nested(t, np.ones((1, t.n_prompts)))
+        print(said)
+        print(
+            f"[{t.label}] frontier area (out-of-fold capture vs redraft rate; 0.5 = random), pooled over held-out "
+            "workloads, point estimates (CIs: python bandit/selector.py):"
+        )
+        for s in point.areas:
+            print(f"  {s}: {float(point.areas[s][0, -1]):.3f}")
+
+    demo(body, "The selector's frontier areas, point estimates.")

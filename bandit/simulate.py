@@ -33,11 +33,14 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
+import typer
 from scipy.special import expit, ndtr
 
 from bandit import __version__
+from bandit.safeio import write_file
 from bandit.schema import FEATURES, features
 from bandit.table import BlockTable, is_dense
 
@@ -303,21 +306,24 @@ def write_sim_run(
     toks = _draft_tokens(arr, p, t, rng)  # one draw for all rows: chunking must not change the bytes
     path = out_dir / ("blocks_sim.jsonl.gz" if gz else "blocks_sim.jsonl")
     dump = lambda o: json.dumps(o, separators=(",", ":")).encode()  # the same bytes wherever it runs
+
+    def write(raw) -> None:
+        f = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if gz else raw
+        for s in range(0, len(p), chunk):
+            recs = _records(cfg, arr, p[s : s + chunk], t[s : s + chunk], toks[s : s + chunk])
+            f.write(b"\n".join(map(dump, recs)) + b"\n")
+        if gz:
+            f.close()
+
     gc_on = gc.isenabled()
     gc.disable()  # millions of short-lived dicts and lists: the collector would rescan them for nothing
     try:
-        with open(path, "wb") as raw:
-            f = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if gz else raw
-            for s in range(0, len(p), chunk):
-                recs = _records(cfg, arr, p[s : s + chunk], t[s : s + chunk], toks[s : s + chunk])
-                f.write(b"\n".join(map(dump, recs)) + b"\n")
-            if gz:
-                f.close()
+        write_file(path, write)  # bandit/safeio.py: never through a symlink, atomic
     finally:
         if gc_on:
             gc.enable()
     m = manifest(cfg, run=out_dir.name)
-    (out_dir / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
+    write_file(out_dir / "manifest.json", lambda f: f.write((json.dumps(m, indent=2) + "\n").encode()))
     return path
 
 
@@ -411,10 +417,10 @@ def true_tokens_per_pass(cfg: SimConfig, n_nodes: int = 96) -> np.ndarray:
 
 
 def cli(
-    out: Path = Path("runs/sim"),
-    seed: int = 0,
-    n_prompts: int = 24,
-    out_len: int = 96,
+    out: Annotated[str, typer.Option(help="the run directory to write")] = "runs/sim",
+    seed: Annotated[int, typer.Option(help="simulation seed, in [0, 2^63)")] = 0,
+    n_prompts: Annotated[int, typer.Option(help="prompts per workload, in [1, 100000]")] = 24,
+    out_len: Annotated[int, typer.Option(help="output tokens per prompt, in [1, 4096]; x prompts <= 10^7")] = 96,
     sparse: bool = False,
     flips: bool = False,
     plain: bool = False,
@@ -423,6 +429,12 @@ def cli(
 
     The defaults regenerate the shipped runs/sim/ byte-identically.
     """
+    from bandit.outputs import bounded, path_arg
+    from bandit.outputs import seed as check_seed
+
+    out, _ = path_arg(out, "--out"), check_seed(seed)
+    bounded("--n-prompts", n_prompts, 1, 100_000), bounded("--out-len", out_len, 1, 4096)
+    bounded("--n-prompts x --out-len", n_prompts * out_len, 1, 10_000_000)
     cfg = SimConfig(seed=seed, n_prompts=n_prompts, out_len=out_len, dense=not sparse, ranking_flips=flips)
     path = write_sim_run(cfg, out, gz=not plain)
     t = simulate_table(cfg)
@@ -437,6 +449,6 @@ def cli(
 
 
 if __name__ == "__main__":
-    import typer
+    from bandit.errors import run
 
-    typer.run(cli)
+    run(cli)

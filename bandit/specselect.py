@@ -350,6 +350,7 @@ class SpecSelect(BasePolicy):
 
 
 if __name__ == "__main__":
+    from bandit.errors import run
     from bandit.walk import flips_demo
 
-    flips_demo([SpecSelect()])
+    run(lambda: flips_demo([SpecSelect()]))

@@ -26,6 +26,9 @@ class LogError(InputError):
         self.path, self.line, self.field, self.problem = str(path), line, field, problem
         super().__init__(f"{self.path}:{line}: {field}: {problem}")
 
+    def __reduce__(self):  # picklable with its four fields: a worker process's error reaches the parent whole
+        return (type(self), (self.path, self.line, self.field, self.problem))
+
 
 @dataclass(frozen=True)
 class LogSource:

@@ -153,12 +153,13 @@ def fit_live(live: list[dict], drafters: Sequence[str], source: str = "") -> Tim
 
 
 if __name__ == "__main__":
-    from pathlib import Path
-
     from bandit.livelog import read_live
-    from bandit.logs import default_campaign
+    from bandit.logs import demo
 
-    run = Path(sys.argv[1]) if len(sys.argv) > 1 else default_campaign()[0]
-    live = read_live(run)
-    drafters = sorted({d for r in live for d in r["calls"]})
-    print(fit_live(live, drafters, f"the live phase of {run.name}, {len(live)} decodes").describe())
+    def body(files, said: str) -> None:
+        run = files[0].parent
+        live = read_live(run)
+        drafters = sorted({d for r in live for d in r["calls"]})
+        print(fit_live(live, drafters, f"the live phase of {run.name}, {len(live)} decodes").describe())
+
+    demo(body, "The timing model fitted on the run's live phase.")

@@ -298,9 +298,10 @@ def trajectory_oracle(t: BlockTable) -> TrajectoryResult:
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import demo, load_logs
 
-    args = sys.argv[1:]
-    files, said = (args, f"logs {' '.join(args)}") if args else default_inputs()
-    print(said)
-    print(describe(load_logs(files)))
+    def body(files, said: str) -> None:
+        print(said)
+        print(describe(load_logs(files)))
+
+    demo(body, "The block set: fixed-drafter trajectories, the primary, the oracles.")

@@ -42,7 +42,6 @@ import numpy as np
 
 from bandit.bootstrap import Entry, boot_totals, degenerate, interval
 from bandit.livelog import LIVE_FILE, read_live
-from bandit.errors import InputError
 from bandit.logs import LogError
 from bandit.schema import BEST_OF_N, FIXED, PLAIN, POLICY
 from bandit.table import BlockTable
@@ -342,12 +341,11 @@ def report(by: Mapping[str, Mapping]) -> str:
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_campaign, load_logs
+    from bandit.logs import demo, load_logs
 
-    run = Path(sys.argv[1]) if len(sys.argv) > 1 else default_campaign()[0]
-    try:
-        t = load_logs([run])
+    def body(files, said: str) -> None:
+        t = load_logs(files)
         by = {e.name: e.to_json([], "") for e in run_entries(t)}
-    except InputError as e:  # one line naming where, as every command's boundary prints it
-        sys.exit(f"error: {e}")
-    print("\n\n".join(x for x in (report(by), note(t, by)) if x))
+        print("\n\n".join(x for x in (report(by), note(t, by)) if x))
+
+    demo(body, "The live verdicts: does choosing pay, measured? (the tables ci.json's entries make)")

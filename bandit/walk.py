@@ -313,15 +313,17 @@ def flips_demo(policies) -> None:
 
 
 if __name__ == "__main__":
-    from bandit.logs import default_inputs, load_logs
+    from bandit.logs import demo, load_logs
 
-    files, said = default_inputs()
-    t = load_logs(files)
-    trajectory.require_dense(t)
-    print(said)
-    for d, name in enumerate(t.drafters):
-        r = trajectory_replay(t, FixedPolicy(d))
-        print(
-            f"[{t.label}] fixed:{name} along its own trajectory: {r.tokens_per_pass:.3f} tokens per target pass "
-            f"({int(r.passes.sum())} passes, {t.n_prompts} prompts)"
-        )
+    def body(files, said: str) -> None:
+        t = load_logs(files)
+        trajectory.require_dense(t)
+        print(said)
+        for d, name in enumerate(t.drafters):
+            r = trajectory_replay(t, FixedPolicy(d))
+            print(
+                f"[{t.label}] fixed:{name} along its own trajectory: {r.tokens_per_pass:.3f} tokens per target pass "
+                f"({int(r.passes.sum())} passes, {t.n_prompts} prompts)"
+            )
+
+    demo(body, "Each fixed drafter walked along its own trajectory of a dense log.")

@@ -51,11 +51,13 @@ from scipy.stats import norm, rankdata
 from tqdm import tqdm
 
 from bandit import bootstrap, replay, schema  # moved by the layering
-from bandit import ci, trajectory
+from bandit import ci, outputs, trajectory
+from bandit.errors import UsageError
 from bandit.table import ROW_FIELDS, BlockTable, is_dense
 from bandit.simulate import SimConfig, manifest, simulate_table
 
 STUDIES = ("sim", "subsample")
+RES = outputs.RESAMPLES_HELP
 LEVEL = 0.95
 CHUNK = 400  # simulated prompts per workload generated at once (bounds the simulator's memory)
 MIN_FIT_LEN = 16  # prompts at least this long enter the per-prompt rate moments of the fit
@@ -125,7 +127,7 @@ def intervals(
     """ci.json's intervals of `names` on t for one unit, by ci.json's code path; entries whose interval ci.py makes
     on another unit are left out."""
     if any(n.startswith("selector") for n in names):
-        entries = ci.headline(t, unit, method, resamples, seed, refit)
+        entries = ci.headline(t, unit, method, resamples, seed, refit, live=False)
     else:
         entries = replay.table_stats(t, unit, resamples, seed, method)
     want = set(names)
@@ -498,30 +500,42 @@ def render(rows: list[dict]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("paths", nargs="*", type=pathlib.Path, help="logs (default: the default campaign under runs/)")
+    ap.add_argument("paths", nargs="*", help="logs (default: the published campaign, paper/campaign.txt)")
+    ap.add_argument("--latest", action="store_true", help=outputs.LATEST_HELP)
     ap.add_argument("--quick", action="store_true", help=f"smoke run (< 1 min): defaults {QUICK}")
-    ap.add_argument("--draws", type=int, help=f"draws per study (default {FULL['draws']}; quick {QUICK['draws']})")
-    ap.add_argument("--resamples", type=int, help=f"bootstrap resamples (default {FULL['resamples']}, ci.json's)")
-    ap.add_argument("--refit", type=int, help=f"selector refit resamples (default {FULL['refit']}, ci.json's)")
-    ap.add_argument("--prompts-per-workload", type=int, default=30, help="prompts per workload of a draw (default 30)")
+    ap.add_argument(
+        "--draws", type=int, help=f"draws per study, in [1, 100000] (default {FULL['draws']}; quick {QUICK['draws']})"
+    )
+    ap.add_argument(
+        "--resamples", type=int, help=f"bootstrap resamples, {RES} (default {FULL['resamples']}, ci.json's)"
+    )
+    ap.add_argument("--refit", type=int, help=f"selector refit resamples, {RES} (default {FULL['refit']}, ci.json's)")
+    ap.add_argument(
+        "--prompts-per-workload",
+        type=int,
+        default=30,
+        help="prompts per workload of a draw, in [1, 100000] (default 30)",
+    )
     ap.add_argument(
         "--truth-prompts",
         type=int,
-        help=f"per workload, the large [SIM] campaign of the truth (default {FULL['truth_prompts']})",
+        help=f"per workload, the large [SIM] campaign of the truth, in [1, 100000] (default {FULL['truth_prompts']})",
     )
     ap.add_argument("--entries", help="comma-separated entry names or globs (default: a representative subset)")
     ap.add_argument("--studies", default=",".join(STUDIES), help="sim,subsample (default both)")
     ap.add_argument("--units", default=",".join(bootstrap.UNITS), help="prompt,block (default both)")
     ap.add_argument("--method", default="percentile", choices=bootstrap.METHODS)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help=outputs.SEED_HELP)
     ap.add_argument(
-        "--jobs", type=int, default=min(8, os.cpu_count() or 1), help="worker processes (no effect on results)"
+        "--jobs",
+        type=int,
+        default=min(8, os.cpu_count() or 1),
+        help="worker processes (no effect on results), in [1, 256]",
     )
     ap.add_argument(
         "--out",
-        type=pathlib.Path,
         default=None,
-        help="output (default: <run dir>/coverage.json beside the one run read)",
+        help="output (default: <run dir>/coverage.json beside the one run read, with every option at its default)",
     )
     args = ap.parse_args(argv)
     base = QUICK if args.quick else FULL
@@ -532,15 +546,33 @@ def main(argv: Sequence[str] | None = None) -> dict:
     units = [u for u in args.units.split(",") if u]
     if set(studies) - set(STUDIES) or set(units) - set(bootstrap.UNITS):
         ap.error(f"--studies from {STUDIES}, --units from {bootstrap.UNITS}")
+    for k, hi in (("draws", 100_000), ("prompts_per_workload", 100_000), ("truth_prompts", 100_000), ("jobs", 256)):
+        outputs.bounded("--" + k.replace("_", "-"), getattr(args, k), 1, hi)
+    outputs.resamples(args.resamples), outputs.resamples(args.refit, "--refit"), outputs.seed(args.seed)
     t0 = time.perf_counter()
 
-    from bandit.logs import default_inputs, load_logs, output_path
+    from bandit.logs import load_logs
 
-    paths, said = (args.paths, ", ".join(map(str, args.paths))) if args.paths else default_inputs()
-    args.out = output_path(paths, "coverage.json", args.out)
-    if args.out is None:
-        ap.error("several runs pooled: give --out FILE")
-    t = load_logs(paths)
+    inp = outputs.resolve(args.paths, args.latest)
+    said = inp.said or inp.named
+    opts = [("--quick", args.quick, False), *((f"--{k.replace('_', '-')}", getattr(args, k), base[k]) for k in base)]
+    opts += [("--prompts-per-workload", args.prompts_per_workload, 30), ("--entries", args.entries, None)]
+    opts += [("--studies", args.studies, ",".join(STUDIES)), ("--units", args.units, ",".join(bootstrap.UNITS))]
+    opts += [("--method", args.method, "percentile"), ("--seed", args.seed, 0)]
+    differs = outputs.changed(opts)
+    args.out, why = outputs.destination(
+        inp, "coverage.json", outputs.path_arg(args.out, "--out"), differs, "bench/coverage.py"
+    )
+    if args.out is None:  # nothing computed for nothing: the study takes minutes
+        raise UsageError(why.replace("not written", "refused", 1))
+    outputs.guard_out(args.out, [args.out.name], inp, ["coverage.json"], differs)
+    if args.out.is_symlink():  # refused now, not after the study's minutes
+        raise UsageError(f"{args.out}: a symlink stands there: not written through")
+    args.command = outputs.command("bench/coverage.py", inp, opts)
+    paths = inp.files
+    from bandit.primary import attach_own
+
+    t = attach_own(load_logs(paths))  # the run's live phase: the primary by measured speed, as ci.json's
     print(f"read: {said}\n{t.summary()}")
     return study(t, studies, units, args, t0)
 
@@ -604,12 +636,15 @@ def study(t: BlockTable, studies: Sequence[str], units: Sequence[str], args, t0:
         "rows": rows,
     }
     print(render(rows))
+    if getattr(args, "command", None):
+        res["command"] = args.command
     out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    outputs.write_all([(out, json.dumps(res, indent=1, sort_keys=True, allow_nan=False) + "\n")])
     print(f"wrote {out} ({time.perf_counter() - t0:.0f} s)")
     return res
 
 
 if __name__ == "__main__":
-    main()
+    from bandit.errors import guarded
+
+    guarded(main)

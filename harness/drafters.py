@@ -1239,10 +1239,11 @@ BUILTIN = {
 
 
 def _value(v: str):
+    """A setting's text as a bool (true/false), an int, a float (ASCII digits only), or the text itself."""
     low = v.lower()
     if low in ("true", "false"):
         return low == "true"
-    for cast in (int, float):
+    for cast in (int, float) if v.isascii() else ():
         try:
             return cast(v)
         except ValueError:
@@ -1261,13 +1262,19 @@ class DrafterSpec:
         return f"{self.name}={self.kind}" + (f":{s}" if s else "")
 
 
-def parse_settings(text: str, where: str) -> dict:
+def parse_settings(text: str, where: str, texts=()) -> dict:
+    """key=value,... -> {key: value}; the keys in `texts` keep their text (a path named 123 stays "123"). A key
+    given twice, an empty key and a number that is not finite (nan, inf, 1e400) are refused."""
     out = {}
     for item in filter(None, text.split(",")):
         if "=" not in item:
             raise HarnessError(f"{where}: setting {item!r} is not key=value")
-        k, v = item.split("=", 1)
-        out[k.strip()] = _value(v.strip())
+        k, v = (x.strip() for x in item.split("=", 1))
+        if not k or k in out:
+            raise HarnessError(f"{where}: setting {item!r}: " + ("given twice" if k else "no key before ="))
+        out[k] = v if k in texts else _value(v)
+        if isinstance(out[k], float) and not math.isfinite(out[k]):
+            raise HarnessError(f"{where}: setting {item!r}: not a finite number")
     return out
 
 
@@ -1277,7 +1284,7 @@ def _entry_points() -> dict:
 
 def parse_spec(text: str) -> DrafterSpec:
     """NAME=KIND[:k=v,...], KIND built in or an installed plug-in's entry point; checks the kind exists."""
-    where = f"--drafter {text}"
+    where = f"--drafter {text if text.isprintable() else ascii(text)}"  # a control character is shown escaped
     if "=" not in text:
         raise HarnessError(f"{where}: expected NAME=KIND[:key=value,...]")
     name, rest = text.split("=", 1)
@@ -1286,7 +1293,12 @@ def parse_spec(text: str) -> DrafterSpec:
         raise HarnessError(f"{where}: drafter name {name!r} must be letters, digits, - or _")
     head, _, tail = rest.partition(":")
     if head in BUILTIN or head in _entry_points():
-        return DrafterSpec(name, head, parse_settings(tail, where))
+        from . import options
+
+        schema = options.SETTINGS.get(head, {})
+        settings = parse_settings(tail, where, [key for key, rule in schema.items() if rule is str])
+        options.drafter_settings(head, settings, f"--drafter {name}={head}")  # types and ranges, before any load
+        return DrafterSpec(name, head, settings)
     # never an arbitrary module:attr: a command line must not name code to import (os:system, builtins:eval)
     raise HarnessError(
         f"{where}: unknown drafter kind {head!r}; known kinds: {', '.join(sorted(BUILTIN))}"

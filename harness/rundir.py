@@ -36,6 +36,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import platform
 import sys
@@ -140,6 +141,22 @@ def _open_append(path: Path):
 def _atomic_write(path: Path, text: str) -> None:
     with _as_harness():
         shards.atomic_write(path, text)
+
+
+def _not_finite(v, where: str = "") -> str | None:
+    """The first field of `v` holding a NaN or an infinity (JSON has neither), or None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return where or "a value"
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else ()
+    return next((w for k, x in items if (w := _not_finite(x, f"{where}.{k}" if where else str(k)))), None)
+
+
+def run_json(obj, name: str) -> str:
+    """A run file's indented JSON; a NaN or an infinity anywhere is one HarnessError line naming its field."""
+    bad = _not_finite(obj)
+    if bad:
+        raise HarnessError(f"{name}: {bad} is not a finite number; refusing to write it")
+    return json.dumps(obj, indent=2, allow_nan=False) + "\n"
 
 
 def _own_part_has_records(d: Path, shard: Shard) -> bool:
@@ -305,6 +322,7 @@ class RunDir:
         self.workers: dict[str, dict] = {}  # this session's workers: throughput (docs/manifest.md)
         self._locks: list = []
         self._verb = f"--shard {shard} into {self.dir}" if shard else f"--resume {self.dir}"
+        run_json(manifest, "manifest.json"), run_json(settings, SETTINGS)  # checked before anything is written
         preflight(self.dir, resume, shard)
         created = not self.dir.exists()
         try:
@@ -404,7 +422,7 @@ class RunDir:
             self.manifest["shards"] = self.shards
         self._recover_all()
         if self.settings is not None:
-            _atomic_write(self.dir / SETTINGS, json.dumps(self.settings, indent=2) + "\n")
+            _atomic_write(self.dir / SETTINGS, run_json(self.settings, SETTINGS))
         if self.exclusive:  # the whole campaign's writer: the manifest afresh (complete, timing: once redone)
             self._write_manifest(fresh=True)
         else:  # one shard among others: the campaign's manifest stays, only no longer complete
@@ -442,7 +460,7 @@ class RunDir:
         if self.shards:
             self.manifest["shards"] = self.shards
         if self.settings is not None:
-            _atomic_write(self.dir / SETTINGS, json.dumps(self.settings, indent=2) + "\n")
+            _atomic_write(self.dir / SETTINGS, run_json(self.settings, SETTINGS))
         self._write_manifest(fresh=True)
 
     def _check_settings(self, spath: Path) -> None:
@@ -554,7 +572,7 @@ class RunDir:
             merged = {**(cur.get("parts") or self.manifest.get("parts") or {}), **parts}
             new["parts"] = dict(sorted(merged.items(), key=lambda kv: shards.parse_tag(kv[0]).index))
         with _Writing(mpath):
-            _atomic_write(mpath, json.dumps(new, indent=2) + "\n")
+            _atomic_write(mpath, run_json(new, "manifest.json"))
         self.manifest.update({k: new[k] for k in ("throughput", "parts") if k in new})
 
     def _parts_info(self) -> dict:

@@ -77,12 +77,13 @@ MAX_SHARDS = 1 << 16  # shards of one campaign; the sweep also refuses more shar
 def parse_shard(text: str) -> Shard:
     """`I/N` with 0 <= I < N."""
     i, sep, n = str(text).partition("/")
-    try:
-        shard = Shard(int(i), int(n)) if sep else None
-    except ValueError:
-        shard = None
+    digits = sep and all(x.isascii() and x.isdigit() and len(x) <= 6 for x in (i, n))  # not 1_0, not ٣
+    shard = Shard(int(i), int(n)) if digits else None
     if shard is None or not 0 <= shard.index < shard.count <= MAX_SHARDS:
-        raise CampaignError(f"--shard {text}: expected I/N with 0 <= I < N <= {MAX_SHARDS} (e.g. 0/2)")
+        raise CampaignError(
+            f"--shard {text if str(text).isprintable() else ascii(text)}: expected I/N with 0 <= I < N <= "
+            f"{MAX_SHARDS}, N at most the campaign's prompts (e.g. 0/2)"
+        )
     return shard
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import lm, livephase
+from . import livephase, lm, options
 from .calibrate import live_phase, time_verify
 from .drafters import DrafterEnv, DrafterSpec, build_drafters
 from .engine import Engine, RunConfig
@@ -57,8 +57,13 @@ class Worker:
 
     def __init__(self, plan: Plan, policy=None):
         self.plan = plan
-        if plan.device.startswith("cuda") and not torch.cuda.is_available():
-            raise HarnessError(f"--device {plan.device}: CUDA is not available on {socket.gethostname()}")
+        options.device(plan.device, here=False)  # the form; then this host's CUDA (a Ray worker's own)
+        n_cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if plan.device.startswith("cuda") and int(plan.device.partition(":")[2] or 0) >= n_cuda:
+            why = f"{n_cuda} CUDA device(s) (cuda:0..cuda:{n_cuda - 1})" if n_cuda else "CUDA is not available"
+            raise HarnessError(f"--device {plan.device}: {why} on {socket.gethostname()}")
+        if plan.threads:
+            options.integer("--threads", plan.threads)
         if plan.threads or plan.device == "cpu":
             torch.set_num_threads(plan.threads or 1)
         torch.manual_seed(plan.seed)

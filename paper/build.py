@@ -10,7 +10,7 @@ figures are {{ci:NAME}} / {{line:FILE:WORDS}} quotes).
 `tests/test_generated_docs.py` fails when the committed text drifts from what this prints.
 
     python paper/build.py            # rewrite paper/draft.md and README.md's generated block
-    python paper/build.py --check    # exit 1 if either is stale
+    python paper/build.py --check    # exit 1 if any is stale, or a campaign file was not made by its documented command
     python paper/build.py --campaign runs/RUN --publish   # make another campaign the published one
 
 Only the published campaign feeds README and paper: `--campaign` naming another is refused without
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the tables of bandit/verdicts.py and bandit/wallclock.py, one renderer each
 
-from bandit import verdicts, wallclock
+from bandit import outputs, verdicts, wallclock
 
 BEGIN, END = "<!-- specbandit:generated:begin -->", "<!-- specbandit:generated:end -->"
 TEMPLATE = ROOT / "paper" / "template.md"
@@ -454,7 +454,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the campaign directory whose outputs feed README and paper (default: paper/campaign.txt)",
     )
     ap.add_argument("--publish", action="store_true", help="with --campaign: make it the published campaign")
-    ap.add_argument("--check", action="store_true", help="exit 1 if README.md or paper/draft.md is stale")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if a generated text is stale or an output's command is not the documented one",
+    )
     a = ap.parse_args(argv)
     pinned = published()
     if a.campaign is not None and Path(a.campaign).resolve() != pinned.resolve():
@@ -465,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        CAMPAIGN_FILE.write_text(rel(a.campaign) + "\n")
+        outputs.write_all([(CAMPAIGN_FILE, rel(a.campaign) + "\n")])
         print(f"published: {rel(a.campaign)} (paper/campaign.txt)")
     a.runs = Path(a.campaign) if a.campaign is not None else pinned
     if not a.runs.is_dir():
@@ -477,17 +481,18 @@ def main(argv: list[str] | None = None) -> int:
         ROOT / "NEGATIVE_RESULTS.md": negative_results(a.runs),
     }
     stale = [p for p, text in targets.items() if not p.exists() or p.read_text() != text]
-    if a.check:
-        for p in stale:
-            print(f"stale: {p.relative_to(ROOT)} (regenerate with `python paper/build.py`)")
-        if not stale:
-            print(f"up to date: README.md, paper/draft.md and NEGATIVE_RESULTS.md match {rel(a.runs)}")
-        return 1 if stale else 0
-    for p, text in targets.items():
-        p.write_text(text)
+    if a.check:  # and every output of the campaign recorded as made by its documented command (bandit/outputs.py)
+        bad = [f"{p.relative_to(ROOT)} (regenerate with `python paper/build.py`)" for p in stale]
+        bad += outputs.check_commands(a.runs)
+        done = f"match {rel(a.runs)}, each of its outputs made by its documented command"
+        print("\n".join(f"stale: {x}" for x in bad) or f"up to date: README, paper, NEGATIVE_RESULTS {done}")
+        return 1 if bad else 0
+    for p in outputs.write_all(list(targets.items())):
         print(f"wrote {p.relative_to(ROOT)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bandit.errors import guarded
+
+    guarded(main)

@@ -23,6 +23,7 @@ FIELDS = {
     "label",
     "inputs",
     "code_version",
+    "command",
 }
 
 

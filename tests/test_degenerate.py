@@ -44,9 +44,9 @@ def logs(tmp_path_factory):
 
 def test_one_prompt_has_no_interval_rather_than_a_zero_width_one(logs):
     d = logs["one_prompt"]
-    text = ci.main([d], n_resamples=40, n_refit=5)
+    text = ci.main([d], d.parent / f"ci_{d.name}.json", n_resamples=40, n_refit=5)  # not its run's ci.json
     assert not NAN.search(text) and "no CI: one prompt per workload" in text
-    for e in json.loads((d / "ci.json").read_text()):
+    for e in json.loads((d.parent / f"ci_{d.name}.json").read_text()):
         assert e["ci"] == [None, None] and e.get("warning")
     rep = replay.with_ci(replay.summarize(load_logs([d])), load_logs([d]), 40).summary()
     assert "no CI: one prompt" in rep and "95% CI [" not in rep
@@ -56,9 +56,9 @@ def test_one_prompt_has_no_interval_rather_than_a_zero_width_one(logs):
 
 def test_undefined_ratios_say_undefined(logs):
     d = logs["empty"]
-    text = ci.main([d], n_resamples=40, n_refit=5)
+    text = ci.main([d], d.parent / f"ci_{d.name}.json", n_resamples=40, n_refit=5)  # not its run's ci.json
     assert not NAN.search(text) and "undefined: a ratio with nothing in its denominator" in text
-    gap = next(e for e in json.loads((d / "ci.json").read_text()) if e["name"] == "per_block_gap")
+    gap = next(e for e in json.loads((d.parent / f"ci_{d.name}.json").read_text()) if e["name"] == "per_block_gap")
     assert gap["value"] is None and gap["warning"].startswith("undefined")
     t = load_logs([d])
     rep = replay.with_ci(replay.summarize(t), t, 40).summary()
@@ -67,8 +67,12 @@ def test_undefined_ratios_say_undefined(logs):
 
 def test_one_workload_lists_the_selector_with_its_reason(logs):
     d = logs["one_workload"]
-    ci.main([d], n_resamples=40, n_refit=5)
-    sel = {e["name"]: e for e in json.loads((d / "ci.json").read_text()) if e["name"].startswith("selector")}
+    ci.main([d], d.parent / f"ci_{d.name}.json", n_resamples=40, n_refit=5)  # not its run's ci.json
+    sel = {
+        e["name"]: e
+        for e in json.loads((d.parent / f"ci_{d.name}.json").read_text())
+        if e["name"].startswith("selector")
+    }
     assert set(sel) == set(ci.SELECTOR_HEADLINE)
     assert all(e["value"] is None and "leave-one-workload-out" in e["warning"] for e in sel.values())
     be = breakeven.main([d], n_resamples=40, n_refit=5)

@@ -407,10 +407,13 @@ def test_replay_json_and_ci_on_the_packed_parquet_equal_those_on_the_jsonl(tmp_p
     for name, where in (("jsonl", log.parent), ("parquet", tmp_path / "packed")):
         rep = runner.invoke(app, ["replay", str(where), "--json", "--resamples", "50"])
         assert rep.exit_code == 0, rep.output
-        c = runner.invoke(app, ["ci", str(where), "--resamples", "50", "--refit-resamples", "4", "--quiet"])
+        out = tmp_path / f"ci_{name}.json"  # options not at their defaults: written only where --out says
+        c = runner.invoke(
+            app, ["ci", str(where), "--resamples", "50", "--refit-resamples", "4", "--quiet", "--out", str(out)]
+        )
         assert c.exit_code == 0, c.output
-        entries = json.loads((where / "ci.json").read_text())
+        entries = json.loads(out.read_text())
         summary = {k: v for k, v in json.loads(rep.output).items() if k not in ("sources", "inputs")}
-        outs[name] = (summary, [{k: v for k, v in e.items() if k != "inputs"} for e in entries])
+        outs[name] = (summary, [{k: v for k, v in e.items() if k not in ("inputs", "command")} for e in entries])
     assert outs["jsonl"] == outs["parquet"]
     assert len(outs["jsonl"][1]) > 10 and "table" in outs["jsonl"][0] and "ci" in outs["jsonl"][0]

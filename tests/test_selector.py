@@ -170,7 +170,7 @@ def test_main_prints_intervals_and_writes_beside_the_run(tmp_path):
 
     write_sim_run(SimConfig(n_prompts=4, out_len=40, seed=2), tmp_path / "sim")
     before = set(tmp_path.rglob("*"))
-    text = selector.main([tmp_path / "sim"], n_resamples=8, seed=1)
+    text = selector.main([tmp_path / "sim"])  # every option at its default (issue 24: else printed only)
     new = set(tmp_path.rglob("*")) - before  # one run given: its outputs beside it
     assert {p.relative_to(tmp_path).as_posix() for p in new} == {
         "sim/selector.txt",
