@@ -205,35 +205,55 @@ class NgramDrafter(Drafter):
             raise HarnessError(f"--drafter {name}=ngram: need 1 <= n_min <= n_max, got {self.n_min}, {self.n_max}")
 
     def draft(self, pre: Prefix, k: int) -> Draft:
-        ids = np.asarray(pre.ids, dtype=np.int64)
-        P = len(ids)
-        for n in range(min(self.n_max, P - 1), self.n_min - 1, -1):
-            pat = ids[P - n :]
-            win = np.lib.stride_tricks.sliding_window_view(ids[: P - 1], n)  # starts 0..P-1-n
-            hits = np.flatnonzero((win == pat).all(1))
-            if len(hits):
-                if self.rule == "vllm":
-                    return self._copy(ids, hits[: self.max_occ] + n, k, first=True)
-                return self._copy(ids, hits[-self.max_occ :] + n, k)
-        return Draft.empty()
+        ids = pre.ids if isinstance(pre.ids, list) else list(pre.ids)
+        n, after = self.match(ids, self.n_min, self.n_max)
+        if not n:
+            return Draft.empty()
+        if self.rule == "vllm":
+            return self._copy(ids, after[: self.max_occ], k, first=True)
+        return self._copy(ids, after[-self.max_occ :], k)
 
     @staticmethod
-    def _copy(ids: np.ndarray, starts: np.ndarray, k: int, first: bool = False) -> Draft:
+    def match(ids: list[int], n_min: int, n_max: int) -> tuple[int, list[int]]:
+        """(n, after): the longest n in n_min..n_max whose suffix n-gram ids[P-n:] occurs earlier, as a window
+        ids[s:s+n] with s + n <= P - 1, and the position after each such occurrence (s + n, ascending); (0, [])
+        when none does. The occurrences of the last token are found in one pass and only they are extended
+        backwards. Plain lists: between two target forwards a handful of numpy calls cost more than this."""
+        P = len(ids)
+        hi = min(n_max, P - 1)
+        if hi < n_min:
+            return 0, []
+        last = ids[P - 1]
+        best, after = 0, []
+        for e in [i for i, t in enumerate(ids[: P - 1]) if t == last]:  # windows ending at e <= P - 2
+            n = 1
+            while n < hi and e >= n and ids[e - n] == ids[P - 1 - n]:
+                n += 1
+            if n > best:
+                best, after = n, [e + 1]
+            elif n == best:
+                after.append(e + 1)
+        return (best, after) if best >= n_min else (0, [])
+
+    @staticmethod
+    def _copy(ids: list[int], starts: list[int], k: int, first: bool = False) -> Draft:
         P = len(ids)
         if first:  # vLLM: the earliest occurrence, and only the tokens after it that exist
-            src = int(starts[0])
-            toks = ids[src : min(P, src + k)].tolist()
+            src = starts[0]
+            toks = ids[src : min(P, src + k)]
             k = len(toks)
         else:
-            src = int(starts[-1])
+            src = starts[-1]
             seq = list(ids)
             for j in range(k):  # overlapping copy: may read tokens it has just drafted
                 seq.append(seq[src + j])
             toks = seq[P:]
-        conts = [ids[s : min(P, s + k)].tolist() for s in starts]
+        same = [ids[s : min(P, s + k)] for s in starts]  # at j: the continuations c with c[:j] == toks[:j]
         conf, ent, c_prev = [], [], 1.0
         for j in range(k):
-            alive = [c for c in conts if len(c) > j and c[:j] == toks[:j]]
+            if j:
+                same = [c for c in same if len(c) >= j and c[j - 1] == toks[j - 1]]
+            alive = [c for c in same if len(c) > j]
             if alive:
                 cnt = Counter(c[j] for c in alive)
                 c_prev = cnt[toks[j]] / len(alive)

@@ -24,8 +24,8 @@ drafters declare (`drafters.feature_layers`; "last" always, it is free: the lm_h
 and keeps one buffer per key over the prompt's positions.
 
 The target check (`check=True`; sweep.py turns it on): after each prompt, one teacher-forced
-verification forward over its final sequence (prompt + output, the tree-forward shape that live
-runs use) recomputes the target's token at every output position; `PromptResult.check` counts
+verification forward over its final sequence (prompt + output, one chain after the trunk, the shape
+that live runs verify) recomputes the target's token at every output position; `PromptResult.check` counts
 where it differs from the run's own token (in dense mode: generation's). At float32 that is 0 in
 practice; at bfloat16 near-ties flip, and a dense log may then differ from a live run (see
 target.py, `exact`).
@@ -63,14 +63,12 @@ class RunConfig:
     def check(self, drafters: list[str]) -> None:
         if self.mode not in MODES:
             raise HarnessError(f"--mode {self.mode!r}: expected one of {', '.join(MODES)}")
-        if self.k < 1:
-            raise HarnessError(f"--k {self.k}: the draft length must be >= 1")
-        if self.k >= 4096:
-            raise HarnessError(f"--k {self.k}: must be < 4096")
-        if self.max_new_tokens < 1:
-            raise HarnessError(f"--max-new-tokens {self.max_new_tokens}: must be >= 1")
-        if self.temperature < 0:
-            raise HarnessError(f"--temperature {self.temperature}: must be >= 0")
+        from harness import options  # the bounds sweep.py's --help states
+
+        options.integer("--k", self.k)  # the draft length
+        options.integer("--max-new-tokens", self.max_new_tokens)
+        options.temperature(self.temperature)  # finite: never a NaN into a manifest
+        options.seed(self.seed)
         if self.behaviour is not None and self.behaviour not in drafters:
             raise HarnessError(f"--behaviour {self.behaviour!r}: not among the drafters {drafters}")
         if self.generator is not None and self.generator not in drafters:
@@ -284,8 +282,9 @@ class Engine:
             k = min(cfg.k, cfg.max_new_tokens - 1 - pos)
             pre = Prefix(ids, len(prompt), fbuf[LAST], pkey, T, 0, fbuf)
             drafts, ms, uncut = {}, {}, {}
-            dlen, dfeat = np.full(D, k, np.int32), None  # int32, as the log's draft_len column (a replay's ctx)
+            dlen, dfeat, ctx = None, None, None  # the policy's context (no policy: none is built)
             if pol is not None:  # lookup drafts are cheap and known before choosing: made (and timed) at every block
+                dlen = np.full(D, k, np.int32)  # int32, as the log's draft_len column (a replay's ctx)
                 dfeat = np.full((D, 4), np.nan)
                 for i, n in enumerate(self.names):
                     kind = getattr(self.drafters[n], "kind", "")
@@ -302,7 +301,8 @@ class Engine:
                     elif getattr(self.drafters[n], "max_len", None):  # one-pass drafters (dflash)
                         dlen[i] = min(k, self.drafters[n].max_len)
             looked = list(drafts)  # the lookups drafted before choosing
-            ctx = Context(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy(), dlen, dfeat)
+            if pol is not None:
+                ctx = Context(wl_i, self.n_prompts, pos, prev_acc.copy(), prev_feat.copy(), dlen, dfeat)
             order, cut = ([only], None) if only else self._order(ctx)
             for n in order:
                 if n not in drafts:
@@ -343,15 +343,19 @@ class Engine:
             rec = self._head(wl, pid, pos)
             rec["block"] = len(recs)
             rec["drafts"] = {}
-            acc, obs = np.full(D, np.nan), np.zeros(D, dtype=bool)
+            if pol is not None:
+                acc, obs = np.full(D, np.nan), np.zeros(D, dtype=bool)
             for n, v in zip(order, verdicts):
                 d = drafts[n]
                 ea = float(v.accepted) if T == 0 else expected_accepted(v.p, d.q or [1.0] * len(d.tokens))
                 rec["drafts"][n] = dr = draft_record(d, v.accepted, ea, ms[n])
-                i = self.names.index(n)
-                acc[i], obs[i] = v.accepted, True
-                # as logged, so that replay sees the same; a cut draft: the features of what was drafted
-                prev_feat[i] = record_features(uncut[n]) if n in uncut else draft_features(dr["conf"], dr["entropy"])
+                if pol is not None:  # the next block's context
+                    i = self.names.index(n)
+                    acc[i], obs[i] = v.accepted, True
+                    # as logged, so that replay sees the same; a cut draft: the features of what was drafted
+                    prev_feat[i] = (
+                        record_features(uncut[n]) if n in uncut else draft_features(dr["conf"], dr["entropy"])
+                    )
             rec["target_ms"] = _r(target_ms, 3)
             recs.append(rec)
             if pol is not None:
@@ -362,8 +366,8 @@ class Engine:
                             acc[i], obs[i], prev_feat[i] = common_prefix(drafts[n].tokens, new), True, dfeat[i]
                 timings["chosen"].append(order[j])
                 pol.update(ctx, self.names.index(order[j]), acc, obs)
-            prev_acc = acc
-            prev_feat = np.where(obs[:, None], prev_feat, np.nan)
+                prev_acc = acc
+                prev_feat = np.where(obs[:, None], prev_feat, np.nan)
             ids += new
             y += new
             if new[-1] in tgt.eos:

@@ -233,9 +233,10 @@ def move_span(cache, dst: int, src: int, n: int) -> None:
     the output need not be the first (best-of-N), and its keys were computed at the
     positions right after the prefix, so moving them there is exact."""
     if n and src != dst:
-        for k, v in _kv_pairs(cache):
-            k[..., dst : dst + n, :] = k[..., src : src + n, :].clone()
-            v[..., dst : dst + n, :] = v[..., src : src + n, :].clone()
+        with torch.inference_mode():  # the cache's tensors are inference tensors (`forward`): written in that mode
+            for k, v in _kv_pairs(cache):
+                k[..., dst : dst + n, :] = k[..., src : src + n, :].clone()
+                v[..., dst : dst + n, :] = v[..., src : src + n, :].clone()
     crop(cache, dst + n)
 
 
@@ -345,6 +346,33 @@ def tapped(model, keys):
             h.remove()
 
 
+@contextmanager
+def _gqa(on: bool):
+    """Within the block, transformers' SDPA attention keeps grouped-query attention (`enable_gqa=True`) for a masked
+    forward too. By default it does so only without a mask (one query after a cache: plain decoding) and otherwise
+    copies every key and value of the cache once per query head group (`repeat_kv`): for a forward of k+1 tokens
+    after a cache of c positions that is a copy of the whole cache per layer, the part of a verify forward that
+    grows with the context and that generation never pays. torch's CPU flash-attention kernel takes the mask with
+    enable_gqa and computes the same numbers bit for bit; on CUDA a masked enable_gqa falls back to the math kernel,
+    so this is for the CPU only. transformers reads the switch (TRANSFORMERS_SDPA_FORCE_GQA) at each attention call;
+    a version without it ignores it."""
+    if not on or os.environ.get(_FORCE_GQA) == "1":
+        yield
+        return
+    was = os.environ.get(_FORCE_GQA)
+    os.environ[_FORCE_GQA] = "1"
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ[_FORCE_GQA]
+        else:
+            os.environ[_FORCE_GQA] = was
+
+
+_FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
+
+
 def forward(
     model,
     ids: torch.Tensor,
@@ -353,35 +381,71 @@ def forward(
     allow: torch.Tensor | None = None,
     hidden: bool = False,
     taps=None,
+    causal: bool = False,
 ):
     """Run `model` on ids (Q,) after the `cache` (extended in place). pos (Q,): position ids
     (default: after the cache). allow (Q, cache+Q) bool: which keys each query may see
     (default causal); it becomes an additive 4D mask, the "custom mask" form that both 4.x and
-    5.x pass through unchanged. Returns (logits (Q, V) float32, feats): feats is the "last"
-    hidden state (Q, H) with hidden=True, {key: (Q, H)} for the keys in `taps`, else None."""
+    5.x pass through unchanged. causal=True (default positions, no allow): that form of the
+    causal mask, built from a cached template (`_causal_mask`), where the model would build its
+    own: the same mask (and the same numbers) at less cost. Returns (logits (Q, V) float32,
+    feats): feats is the "last" hidden state (Q, H) with hidden=True, {key: (Q, H)} for the keys
+    in `taps`, else None. The forward runs under torch.inference_mode (no autograd bookkeeping per
+    op): logits, feats and the cache's new tensors are inference tensors, read anywhere but
+    written in place only in that mode (`move_span` does), and to be cloned before autograd
+    saves them."""
     kw = _CACHE_KW.get(type(model))
     if kw is None:
         kw = _CACHE_KW.setdefault(
             type(model), "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         )
-    n0 = cache_len(cache)
+    n0, q = cache_len(cache), ids.shape[0]
     if pos is None:
-        pos = torch.arange(n0, n0 + ids.shape[0], device=ids.device)
+        pos = torch.arange(n0, n0 + q, device=ids.device)
+    elif causal:
+        raise ValueError("lm.forward: causal=True takes the default positions")
     args = dict(input_ids=ids[None], position_ids=pos[None], use_cache=True)
     args[kw] = cache
     if allow is not None:
-        dt = next(model.parameters()).dtype
+        dt = _dtype(model)
         mask = torch.zeros(allow.shape, dtype=dt, device=ids.device)
         mask.masked_fill_(~allow, torch.finfo(dt).min)
         args["attention_mask"] = mask[None, None]
-        args["cache_position"] = torch.arange(n0, n0 + ids.shape[0], device=ids.device)
+        args["cache_position"] = torch.arange(n0, n0 + q, device=ids.device)
+    elif causal and q > 1:  # (one query after the cache sees every key: no mask)
+        args["attention_mask"] = _causal_mask(_dtype(model), ids.device, n0, q)
+        args["cache_position"] = pos
     keys = set(taps or ()) | ({LAST} if hidden else set())
-    with torch.no_grad(), tapped(model, keys) as got:
+    gqa = q > 1 and ids.device.type == "cpu"  # a masked forward: grouped-query attention kept (`_gqa`)
+    with torch.inference_mode(), tapped(model, keys) as got, _gqa(gqa):  # no autograd bookkeeping on any op
         out = model(**args)
     logits = out.logits[0].float()
     if taps is not None:
         return logits, {k: got[k][0] for k in taps}
     return logits, (got[LAST][0] if hidden else None)
+
+
+_DTYPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its parameters' dtype
+_TRIU: dict = {}  # (dtype, device) -> (m, m): the dtype's minimum above the diagonal, 0 on and below it
+
+
+def _dtype(model) -> torch.dtype:
+    dt = _DTYPES.get(model)
+    if dt is None:
+        dt = _DTYPES[model] = next(model.parameters()).dtype
+    return dt
+
+
+def _causal_mask(dt: torch.dtype, device, n0: int, q: int) -> torch.Tensor:
+    """(1, 1, q, n0 + q) additive: query i (at position n0 + i) sees keys 0..n0 + i."""
+    key = (dt, str(device))
+    t = _TRIU.get(key)
+    if t is None or t.shape[0] < q:
+        with torch.inference_mode():
+            t = _TRIU[key] = torch.full((max(q, 64), max(q, 64)), torch.finfo(dt).min, dtype=dt, device=device).triu(1)
+    mask = torch.zeros(1, 1, q, n0 + q, dtype=dt, device=device)
+    mask[0, 0, :, n0:] = t[:q, :q]
+    return mask
 
 
 @dataclass

@@ -5,7 +5,9 @@ Verification input is a *trunk* (prefix tokens not yet in the KV cache: normally
 one) followed by N draft chains; chain i's token j sits at position P+j and sees the cache,
 the trunk and chain i up to itself (a tree attention mask), so N drafts cost one forward.
 Chain 0 is placed first so that its accepted tokens are contiguous after the trunk in the
-cache: cropping keeps them and the next block only feeds its bonus token.
+cache: cropping keeps them and the next block only feeds its bonus token. One chain (live
+decoding with one drafter) is a plain causal forward over cache + trunk + chain: its tree mask is
+the causal mask, so no tree mask is built.
 
 Exactness at low precision. In bfloat16 a position's logits depend, in their last bits, on the
 shape of the forward that computed them (how many queries, which mask): a verification forward
@@ -83,8 +85,7 @@ class Target:
         steps.append((1, 1, clock() - t1))
         feats.append(f)
         for t in range(max_new):
-            tok = choose(logits[-1:], self.T, pkey, torch.tensor([t], device=dev))
-            y.append(int(tok))
+            y.append(int(self._choose(logits[-1:], pkey, t)))
             if y[-1] in self.eos or t + 1 == max_new:
                 break
             t1 = clock()
@@ -111,16 +112,25 @@ class Target:
         else:
             logits, feats, spans = self._forward_tree(cache, trunk, chains, taps)
         verdicts, chain_feats = [], []
-        root = logits[len(trunk) - 1 : len(trunk)]
+        r = len(trunk) - 1  # the root: the trunk's last row predicts position P
         for (s, n), c in zip(spans, chains):
-            rows = torch.cat([root, logits[s : s + n]])  # (n+1, V): predictions for P..P+n
+            # (n+1, V): predictions for P..P+n; one chain right after the trunk is a plain slice, no copy
+            rows = logits[r : s + n] if s == r + 1 else torch.cat([logits[r : r + 1], logits[s : s + n]])
             verdicts.append(self._verdict(rows, c, P - n_prompt, pkey, want_p))
             chain_feats.append(_rows(feats, s, s + n))
         return verdicts, _rows(feats, 0, len(trunk)), chain_feats
 
+    def _choose(self, rows: torch.Tensor, pkey: int, out0: int) -> torch.Tensor:
+        """The target's tokens (Q,) for rows (Q, V) at output positions out0..: sampling.choose, whose greedy
+        argmax is taken here as `max(-1).indices` (the same index, the first maximum, in a third of the time on
+        the CPU) and keys no noise."""
+        if self.T <= 0:
+            return rows.max(-1).indices
+        return choose(rows, self.T, pkey, torch.arange(out0, out0 + rows.shape[0], device=self.device))
+
     def _verdict(self, rows: torch.Tensor, c: list[int], out0: int, pkey: int, want_p: bool) -> Verdict:
         dev, n = self.device, len(c)
-        ch = choose(rows, self.T, pkey, torch.arange(out0, out0 + n + 1, device=dev)).tolist()
+        ch = self._choose(rows, pkey, out0).tolist()  # one round trip for the whole block
         a = 0
         while a < n and c[a] == ch[a] and ch[a] not in self.eos:
             a += 1
@@ -133,7 +143,11 @@ class Target:
         return Verdict(a, ch, p)
 
     def _forward_tree(self, cache, trunk, chains, taps):
-        """The whole tree in one forward: (logits (Q, V), feats over the Q rows, chain spans)."""
+        """The whole tree in one forward: (logits (Q, V), feats over the Q rows, chain spans). One chain
+        (live decoding with one drafter) is a plain causal forward over trunk + chain: its tree mask
+        is the causal mask, so no tree mask is built (see `_forward_chain`)."""
+        if len(chains) == 1:
+            return self._forward_chain(cache, trunk, chains[0], taps)
         dev = self.device
         c0 = lm.cache_len(cache)
         P = c0 + len(trunk)
@@ -161,6 +175,17 @@ class Target:
             logits, feats = lm.forward(self.model, ids, cache, pos=pos, allow=allow, taps=taps)
         return logits, feats, spans
 
+    def _forward_chain(self, cache, trunk, chain, taps):
+        """One chain after the trunk: token i of trunk + chain sits at position c0 + i and sees the cache and
+        the tokens before it: the causal mask (`lm.forward(causal=True)`: from a template, no allow matrix)
+        and the default positions after the cache. The same spans as `_forward_tree`."""
+        ids = torch.tensor(trunk + chain, device=self.device)
+        if taps is None:
+            logits, feats = lm.forward(self.model, ids, cache, hidden=True, causal=True)
+        else:
+            logits, feats = lm.forward(self.model, ids, cache, taps=taps, causal=True)
+        return logits, feats, [(len(trunk), len(chain))]
+
     def _forward_exact(self, cache, trunk, chains, taps):
         """The tree one token per forward: the trunk, then each chain after the trunk alone; the
         chains' keys are then laid out one after another, as the tree forward leaves them."""
@@ -185,15 +210,16 @@ class Target:
 
     def teacher_forced(self, prompt: list[int], y: list[int], pkey: int) -> list[int]:
         """The target's token at output position i given prompt + y[:i], for every i, from one
-        tree-shaped verification forward after a prefill of prompt[:-1] (never the exact path):
-        what the engine's target check compares with a run's own tokens."""
+        verification forward of one chain (y[:-1] after the trunk prompt[-1:], as live runs verify) after a
+        prefill of prompt[:-1] (never the exact path): what the engine's target check compares with a
+        run's own tokens."""
         if not y:
             return []
         cache = lm.new_cache()
         if len(prompt) > 1:
             lm.forward(self.model, torch.tensor(prompt[:-1], device=self.device), cache)
         logits, _, _ = self._forward_tree(cache, prompt[-1:], [y[:-1]], ())
-        return choose(logits, self.T, pkey, torch.arange(len(y), device=self.device)).tolist()
+        return self._choose(logits, pkey, 0).tolist()
 
     def score_dense(
         self,

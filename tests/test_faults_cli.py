@@ -40,7 +40,13 @@ def test_an_empty_path_is_not_the_working_directory(run):
 
 @pytest.mark.parametrize("name", ["co\x1b[31mde", "a\x07b", "x\x9by"])
 def test_control_characters_in_names_are_refused_escaped(tmp_path, name):
-    rec = {"v": 1, "workload": name, "prompt_id": "p", "pos": 0, "drafts": {"a": {"tokens": [1], "accepted": 0, "conf": [0.5], "entropy": [0.1]}}}
+    rec = {
+        "v": 1,
+        "workload": name,
+        "prompt_id": "p",
+        "pos": 0,
+        "drafts": {"a": {"tokens": [1], "accepted": 0, "conf": [0.5], "entropy": [0.1]}},
+    }
     p = tmp_path / "blocks_x.jsonl"
     p.write_text(json.dumps(rec) + "\n")
     with pytest.raises(InputError, match="control character") as e:
