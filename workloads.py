@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bandit.errors import InputError
+from bandit.logs.errors import InputError
 
 REPO = Path(__file__).resolve().parent
 ZOO_WORKLOADS = REPO / "zoo" / "workloads"

@@ -1,9 +1,9 @@
 """From the token proxy to wall clock: the verdicts of re-drafting under the cost model of docs/DESIGN.md.
 
-Where the run has a live phase (bandit/primary.py attaches it), the primary is the fastest fixed
+Where the run has a live phase (bandit/live/primary.py attaches it), the primary is the fastest fixed
 drafter measured live, and every verdict (best-of-N, each single alternative re-drafted at every
 block, the LOWO selector) prices the block set's passes, verified tokens and drafter calls with the
-timing model fitted on the live phase (bandit/timingmodel.py), beside each alternative's break-even
+timing model fitted on the live phase (bandit/live/timingmodel.py), beside each alternative's break-even
 call time; the rho/alpha model below stays as the what-if, its error against the live phase printed.
 The rho/alpha model: costs are in units of one target verification pass. The primary alone pays `c0 = 1 + rho_p` per
 block; re-drafting a fraction R of blocks with alternatives A pays
@@ -35,14 +35,26 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-from bandit import livelog, outputs, progress, selector, trajectory, wallclock
-from bandit.bootstrap import boot_totals, interval, no_variation
+from bandit import selector, wallclock
+from bandit.live import livelog
+from bandit.logs import outputs
+from bandit.logs import progress
+from bandit.stats import trajectory
+from bandit.stats.bootstrap import boot_totals, interval, no_variation
 from bandit.breakeven_text import Band, engine_lines, plot_files, render
-from bandit.costmodel import Costs, breakeven_regime, costs_for, engine_costs, read_engine_timing, speedup_equal, whatif
-from bandit.errors import InputError, UsageError
-from bandit.logs import load_logs
-from bandit.primary import attach, model_check_lines, primary_lines
-from bandit.timingmodel import TimingModel
+from bandit.stats.costmodel import (
+    Costs,
+    breakeven_regime,
+    costs_for,
+    engine_costs,
+    read_engine_timing,
+    speedup_equal,
+    whatif,
+)
+from bandit.logs.errors import InputError, UsageError
+from bandit.logs.reader import load_logs
+from bandit.live.primary import attach, model_check_lines, primary_lines
+from bandit.live.timingmodel import TimingModel
 
 RES = outputs.RESAMPLES_HELP
 __all__ = ["Band", "BreakevenReport", "cli", "engine_lines", "main", "plot_files", "render", "report_from_table"]
@@ -73,9 +85,9 @@ class BreakevenReport:
     primary_rule: str = ""  # how the primary was chosen (trajectory.rule_name)
     timing: TimingModel | None = None  # the live phase's timing model: the verdicts' cost model where given
     timed: dict = dataclasses.field(default_factory=dict)  # under it: best_of_n, each alternative, break-even ms
-    notes: tuple[str, ...] = ()  # the primary's lines (bandit/primary.py), where a live phase chose it
+    notes: tuple[str, ...] = ()  # the primary's lines (bandit/live/primary.py), where a live phase chose it
     checks: tuple[str, ...] = ()  # the cost models' errors against the live phase
-    command: str = ""  # the command that made the report (its first line, bandit/outputs.py)
+    command: str = ""  # the command that made the report (its first line, bandit/logs/outputs.py)
 
     @property
     def K(self) -> int:
@@ -300,7 +312,7 @@ def main(
     latest: bool = False,
 ) -> str:
     """The report; written with its plot and the plot's data to OUT (default, with every option at its default:
-    <run dir>/breakeven.txt, .png, .csv beside the one run read; bandit/outputs.py). engine_timing: None for the
+    <run dir>/breakeven.txt, .png, .csv beside the one run read; bandit/logs/outputs.py). engine_timing: None for the
     campaign's default (`default_engine_timing`), 'none' for no engine section, else a timing file."""
     outputs.resamples(n_resamples), outputs.resamples(n_refit, "--refit-resamples"), outputs.seed(seed)
     inp = outputs.resolve(paths, latest)
@@ -334,6 +346,6 @@ def main(
 
 
 if __name__ == "__main__":
-    from bandit.errors import run
+    from bandit.logs.errors import run
 
     run(cli)

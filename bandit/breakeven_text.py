@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bandit import outputs
-from bandit.costmodel import TABLE_RHOS, breakeven_rho
-from bandit.timingmodel import LABEL as TIMING_LABEL
+from bandit.logs import outputs
+from bandit.stats.costmodel import TABLE_RHOS, breakeven_rho
+from bandit.live.timingmodel import LABEL as TIMING_LABEL
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def _timing_lines(r) -> list[str]:
     m, K = r.timing, r.K
     out = [
         f"## under the timing model fitted on the live phase [{TIMING_LABEL}]: speedup over the primary alone",
-        "every speedup in this section comes from the timing model fitted on the live phase (bandit/timingmodel.py), "
+        "every speedup in this section comes from the timing model fitted on the live phase (bandit/live/timingmodel.py), "
         "applied to the logs' blocks; it is the cost model of these verdicts",
         m.describe(),
         f"best-of-N ({K} alternatives, R = 1, one forward verifying all {K + 1} drafts): token gain "

@@ -3,11 +3,11 @@
 The numbers come from the modules below it (docs/DESIGN.md, "Layout"): the replay statistics of
 bandit/replay.py (gap, headroom, mean table, trajectory gains, on the campaign's block set) and
 the leave-one-workload-out selector of bandit/selector.py (frontier areas and its operating
-point), each with its interval from bandit/bootstrap.py. Every data-dependent choice is remade
+point), each with its interval from bandit/stats/bootstrap.py. Every data-dependent choice is remade
 inside every resample: the primary and its block set, and for the selector its model fit, its
 alternatives and its threshold. Refit statistics use `n_refit` resamples (default N_REFIT,
 recorded as the entry's `n_resamples`), the first `n_refit` of the same stream. Where the run has a
-live phase, the live verdicts of bandit/verdicts.py (`live_tokens_per_s`, `live_speedup_over_plain`,
+live phase, the live verdicts of bandit/live/verdicts.py (`live_tokens_per_s`, `live_speedup_over_plain`,
 `live_speedup_over_fastest_fixed`, `choosing_pays`: measured, per workload and pooled) come too, and the
 printed report opens with their one table; where it has none, one line says so.
 
@@ -29,23 +29,17 @@ from typing import Annotated, Optional, Sequence
 
 import typer
 
-from bandit import outputs, progress, selector, trajectory, verdicts
-from bandit.bootstrap import (
-    LEVEL,
-    METHODS,
-    UNITS,
-    Entry,
-    Interval,
-    degenerate,
-    fmt,
-    fmt_ci,
-    no_variation,
-)
-from bandit.logs import load_logs
-from bandit.primary import attach
+from bandit import selector
+from bandit.logs import outputs
+from bandit.logs import progress
+from bandit.stats import trajectory
+from bandit.live import verdicts
+from bandit.stats.bootstrap import LEVEL, METHODS, UNITS, Entry, Interval, degenerate, fmt, fmt_ci, no_variation
+from bandit.logs.reader import load_logs
+from bandit.live.primary import attach
 from bandit.replay import table_stats
-from bandit.schema import code_version
-from bandit.table import BlockTable
+from bandit.logs.schema import code_version
+from bandit.logs.table import BlockTable
 
 N_REFIT = 200  # resamples for the nested selector refits
 RES = outputs.RESAMPLES_HELP
@@ -164,7 +158,7 @@ def main(
     latest: bool = False,
 ) -> str:
     """Compute every entry; write OUT (default, with every option at its default: ci.json beside the one run read,
-    `<run dir>/ci.json`; else nothing unless `out` is given: bandit/outputs.py)."""
+    `<run dir>/ci.json`; else nothing unless `out` is given: bandit/logs/outputs.py)."""
     outputs.resamples(n_resamples), outputs.resamples(n_refit, "--refit-resamples"), outputs.seed(seed)
     outputs.choice("--unit", unit, UNITS), outputs.choice("--method", method, METHODS)
     inp = outputs.resolve(paths, latest)
@@ -175,7 +169,7 @@ def main(
     if out is not None:
         outputs.guard_out(dest, [dest.name], inp, ["ci.json"], differs)
     cmd = outputs.command("bandit/ci.py", inp, opts)
-    # the run's live phase on the table: the primary is then the fastest fixed drafter measured live (bandit/primary.py)
+    # the run's live phase on the table: the primary is then the fastest fixed drafter measured live (bandit/live/primary.py)
     t = attach(load_logs(inp.files), inp.dir)
     entries = headline(t, unit, method, n_resamples, seed, n_refit)
     where = dest.parent if dest is not None else inp.dir  # coverage.json beside the output, else the run's
@@ -216,7 +210,7 @@ def cli(
     Block sets: sparse logs, the logged block starts; dense logs, the primary's own trajectory starts (the
     primary: the fixed drafter fastest measured live where the run has a live phase, else most output tokens per
     target pass along its own trajectory), re-chosen in every resample. With a live phase the report opens with the
-    live verdicts (bandit/verdicts.py): does choosing pay, measured?
+    live verdicts (bandit/live/verdicts.py): does choosing pay, measured?
     Trajectories are counted in tokens per target pass (nothing past an output's end). PATHS: logs (default: the
     published campaign, paper/campaign.txt). --unit prompt (clusters, default) or block;
     --method percentile (default) or bca; --refit-resamples: resamples of the nested selector refits
@@ -230,6 +224,6 @@ def cli(
 
 
 if __name__ == "__main__":
-    from bandit.errors import run
+    from bandit.logs.errors import run
 
     run(cli)

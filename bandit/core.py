@@ -1,7 +1,7 @@
 """The policies report: every policy replayed, the Hedge regret slope, the multi-sequence replay and the
 falsification experiment, in one labelled text -> <run dir>/core.txt.
 
-The numbers come from bandit/evaluate.py (the policy replays) and bandit/falsify.py (the simulation
+The numbers come from bandit/sim/evaluate.py (the policy replays) and bandit/sim/falsify.py (the simulation
 the logs falsify). `python bandit/core.py` also prints the full-information Hedge regret's log-log
 slope, with a 95% order-seed interval (percentiles over 20 seeded prompt orders: not a bootstrap),
 and the multi-sequence tokens/s [MODEL] with prompt-cluster CIs. Every line is labelled
@@ -33,32 +33,26 @@ import numpy as np
 import typer
 from tqdm import tqdm
 
-from bandit import outputs, trajectory
-from bandit.bootstrap import boot_totals, interval
-from bandit.evaluate import (
-    block_set_text,
-    evaluate,
-    num_text,
-    pct_text,
-    prompt_strata,
-    regret_curve,
-    tag,
-)
-from bandit.multiseq import multi_sequence_replay
-from bandit.falsify import REPLICATES, falsify
-from bandit.logs import load_logs
-from bandit.policies import Hedge, SpecSelect
-from bandit.primary import attach, detach
-from bandit.schema import code_version
-from bandit.table import BlockTable
-from bandit.walk import run_timing
+from bandit.logs import outputs
+from bandit.stats import trajectory
+from bandit.stats.bootstrap import boot_totals, interval
+from bandit.sim.evaluate import block_set_text, evaluate, num_text, pct_text, prompt_strata, regret_curve, tag
+from bandit.sim.multiseq import multi_sequence_replay
+from bandit.sim.falsify import REPLICATES, falsify
+from bandit.logs import parallel
+from bandit.logs.reader import load_logs
+from bandit.policies.registry import Hedge, SpecSelect
+from bandit.live.primary import attach, detach
+from bandit.logs.schema import code_version
+from bandit.logs.table import BlockTable
+from bandit.policies.walk import run_timing
 
 ORDER_SEEDS = 20  # seeded prompt orders for the Hedge regret slope's order-seed interval
 
 
 def _load(paths: Sequence[str | Path] | None, latest: bool = False) -> tuple[BlockTable, str, outputs.Inputs]:
-    """The logs with their run's live phase attached (bandit/primary.py: the primary by measured speed, the
-    timing model of the tok/s [MODEL] column), the sentence naming them, and the inputs (bandit/outputs.py)."""
+    """The logs with their run's live phase attached (bandit/live/primary.py: the primary by measured speed, the
+    timing model of the tok/s [MODEL] column), the sentence naming them, and the inputs (bandit/logs/outputs.py)."""
     inp = outputs.resolve(paths, latest)
     t = attach(load_logs(inp.files), inp.dir)
     return t, inp.said or f"{tag(t.label)} logs {inp.named}", inp
@@ -81,7 +75,7 @@ def cli(
     """Replay every drafter-selection policy on block logs, with 95% bootstrap CIs over prompt clusters.
 
     Policies: best_fixed (the primary), workload_oracle, per_block_oracle (hindsight), every policy of
-    bandit/policies.py; trajectory_oracle (the shortest path) in trajectory mode. One accounting:
+    bandit/policies/registry.py; trajectory_oracle (the shortest path) in trajectory mode. One accounting:
     tokens per target pass (nothing counted past an output's end); block mode meets the block set B
     (dense logs: the primary's own trajectory starts), trajectory mode each policy's own blocks.
 
@@ -189,7 +183,7 @@ def main(
 ) -> str:
     """Print the policy replays and the falsification experiment; also write them to `out` with provenance.
 
-    out "auto": <run dir>/core.txt when every option is at its default (bandit/outputs.py); None: write nothing.
+    out "auto": <run dir>/core.txt when every option is at its default (bandit/logs/outputs.py); None: write nothing.
     """
     _check(len(seeds), n_resamples, seed, order_seeds, replicates)
     lines: list[str] = []
@@ -209,21 +203,30 @@ def main(
     print(outputs.HEADER + outputs.command("bandit/core.py", inp, opts))
     print(said)
     print(f"{tag(t.label)} {t.summary()}")
-    print(evaluate(t, "block", None, seeds, n_resamples, seed, progress).summary())
+    n_sections = 3 + int(t.dense) + int(bool(run_timing(t).verify_ms))
+    par = parallel.workers_for(n_sections) > 1
+    bars, progress = (progress and par), (progress and not par)  # in parallel: one bar over the sections
+    sections = [lambda: evaluate(t, "block", None, seeds, n_resamples, seed, progress).summary()]
     if t.dense:
-        print(evaluate(t, "trajectory", None, seeds, n_resamples, seed, progress).summary())
-    print(hedge_slope_line(t, order_seeds, progress))
+        sections.append(lambda: evaluate(t, "trajectory", None, seeds, n_resamples, seed, progress).summary())
+    sections.append(lambda: hedge_slope_line(t, order_seeds, progress))
     if run_timing(t).verify_ms:
-        for s in multi_sequence_lines(t, n_resamples, seed, progress=progress):
-            print(s)
-    if t.dense:
-        print(
-            falsify(  # the simulated campaigns have no live phase: the logs' primary by the same token proxy
+        sections.append(lambda: "\n".join(multi_sequence_lines(t, n_resamples, seed, progress=progress)))
+    if t.dense:  # the simulated campaigns have no live phase: the logs' primary by the same token proxy
+        sections.append(
+            lambda: falsify(
                 detach(t), seeds=seeds, n_resamples=n_resamples, seed=seed, replicates=replicates, progress=progress
             ).summary()
         )
     else:
-        print(f"{tag(t.label)} falsification skipped: it needs a dense log (see bandit/core.py falsify)")
+        sections.append(
+            lambda: f"{tag(t.label)} falsification skipped: it needs a dense log (see bandit/core.py falsify)"
+        )
+    # independent sections (each fixes its own seeds) on the machine's cores, the longest first; same bytes
+    assert len(sections) == n_sections
+    for text in parallel.in_order(sections, first=(len(sections) - 1, 0), desc="core.py sections" if bars else ""):
+        if text:
+            print(text)
     print("inputs: " + ", ".join(f"{s.path} sha256:{s.sha256}" for s in t.sources) + f"; code {code_version('bandit')}")
     text = "\n".join(lines) + "\n"
     if out is None:
@@ -262,6 +265,6 @@ def script(
 
 
 if __name__ == "__main__":
-    from bandit.errors import run
+    from bandit.logs.errors import run
 
     run(script)

@@ -1,10 +1,10 @@
 """Counterfactual replay statistics over block logs: the mean accepted table, the oracles and their CIs.
 
-Every statistic follows docs/DESIGN.md's definitions, on a block set (bandit/trajectory.py):
+Every statistic follows docs/DESIGN.md's definitions, on a block set (bandit/stats/trajectory.py):
 the logged block starts of a sparse log, the primary's own trajectory starts of a dense one;
 trajectories are counted in output tokens per target pass. The trajectory oracle is the
 shortest path over positions (fewest target passes), not the greedy per-block maximum.
-Replaying a policy is bandit/walk.py's job; this module's numbers need no policy.
+Replaying a policy is bandit/policies/walk.py's job; this module's numbers need no policy.
 
     python bandit/replay.py [PATHS...]                 # readable tables (default: the published campaign)
     specbandit replay PATHS --json [--drafters a,b]    # one JSON object
@@ -26,15 +26,16 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-from bandit import outputs, trajectory
-from bandit.bootstrap import degenerate, fmt, fmt_ci, no_variation
-from bandit.logs import load_logs
-from bandit.observed import is_observed, summarize_observed
-from bandit.primary import attach, fastest_by_workload, primary_lines
+from bandit.logs import outputs
+from bandit.stats import trajectory
+from bandit.stats.bootstrap import degenerate, fmt, fmt_ci, no_variation
+from bandit.logs.reader import load_logs
+from bandit.logs.observed import is_observed, summarize_observed
+from bandit.live.primary import attach, fastest_by_workload, primary_lines
 from bandit.replay_stats import accepted_entries, table_stats
-from bandit.schema import code_version
-from bandit.table import BlockTable
-from bandit.trajectory import greedy_oracle_trajectory, trajectory_oracle
+from bandit.logs.schema import code_version
+from bandit.logs.table import BlockTable
+from bandit.stats.trajectory import greedy_oracle_trajectory, trajectory_oracle
 
 
 # ---------------------------------------------------------------- static statistics
@@ -315,7 +316,7 @@ def _summarize(t: BlockTable) -> ReplaySummary:
 
 
 def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int = 0) -> ReplaySummary:
-    """`s` with 95% bootstrap CIs (bandit/bootstrap.py: prompt clusters within workloads, percentile) of the
+    """`s` with 95% bootstrap CIs (bandit/stats/bootstrap.py: prompt clusters within workloads, percentile) of the
     headroom, the per-block gap and, on dense logs, the trajectory oracle gain."""
     keep = ("per_block_gap", "workload_headroom", "trajectory_oracle_gain")
     entries = [e for e in table_stats(t, "prompt", n_resamples, seed, "percentile") if e.name in keep]
@@ -374,11 +375,11 @@ def main(
     latest: bool = False,
 ) -> str:
     """The report (or with `json_out` the JSON object); written to OUT (default, with every option at its default:
-    <run dir>/replay.txt beside the one run read; bandit/outputs.py)."""
+    <run dir>/replay.txt beside the one run read; bandit/logs/outputs.py)."""
     outputs.resamples(n_resamples, allow_zero=True), outputs.seed(seed)
     inp = outputs.resolve(paths, latest)
     names = [d for d in drafters.split(",") if d] or None
-    t = attach(load_logs(inp.files, names), inp.dir)  # the primary by measured speed (bandit/primary.py)
+    t = attach(load_logs(inp.files, names), inp.dir)  # the primary by measured speed (bandit/live/primary.py)
     s = summarize(t)
     if n_resamples > 0:
         s = with_ci(s, t, n_resamples, seed)
@@ -405,6 +406,6 @@ def main(
 
 
 if __name__ == "__main__":
-    from bandit.errors import run
+    from bandit.logs.errors import run
 
     run(cli)

@@ -2,7 +2,7 @@
 
 What ci.json's replay entries are (docs/DESIGN.md, "Definitions"): per_block_gap, workload_headroom,
 the trajectory and greedy oracle gains, and the mean accepted and tokens-per-pass tables, each with
-the primary and its block set re-chosen in every resample (bandit/bootstrap.py's ratio engine).
+the primary and its block set re-chosen in every resample (bandit/stats/bootstrap.py's ratio engine).
 
     python bandit/replay_stats.py [PATHS...]     # the entries on the default campaign
 """
@@ -17,10 +17,10 @@ if __package__ in (None, ""):  # run as `python bandit/replay_stats.py`: import 
 
 import numpy as np
 
-from bandit import trajectory
-from bandit.bootstrap import Entry, boot_totals, cluster_units, interval
-from bandit.table import BlockTable
-from bandit.trajectory import greedy_oracle_trajectory, trajectory_oracle
+from bandit.stats import trajectory
+from bandit.stats.bootstrap import Entry, boot_totals, cluster_units, interval
+from bandit.logs.table import BlockTable
+from bandit.stats.trajectory import greedy_oracle_trajectory, trajectory_oracle
 
 
 def table_stats(t: BlockTable, unit: str, n_resamples: int, seed: int, method: str) -> list[Entry]:
@@ -187,8 +187,8 @@ def _dense_stats(t: BlockTable, n_resamples: int, seed: int, method: str) -> lis
 
 
 if __name__ == "__main__":
-    from bandit.logs import demo, load_logs
-    from bandit.primary import attach_own
+    from bandit.logs.reader import demo, load_logs
+    from bandit.live.primary import attach_own
 
     def body(files, said: str) -> None:
         t = attach_own(load_logs(files))

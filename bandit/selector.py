@@ -1,7 +1,7 @@
 """The per-block selector's report: its leave-one-workload-out table, frontier plot and ci.json entries.
 
 The estimator (scores, folds, rules) is bandit/selector_fit.py's; this module resamples it
-(bandit/bootstrap.py: every fit, primary, alternatives set and threshold remade in every resample)
+(bandit/stats/bootstrap.py: every fit, primary, alternatives set and threshold remade in every resample)
 and says what it found.
 
     python bandit/selector.py [PATHS...] [--out-dir DIR]    # LOWO table + DIR/selector_frontier.{png,csv}
@@ -21,14 +21,16 @@ from typing import Annotated, Optional, Sequence
 import numpy as np
 import typer
 
-from bandit import outputs, progress, trajectory
-from bandit.bootstrap import JACK_GROUPS, Entry, Interval, cluster_units, interval, resample_counts
-from bandit.logs import load_logs
-from bandit.primary import attach, model_check_lines
-from bandit.schema import code_version
+from bandit.logs import outputs
+from bandit.logs import progress
+from bandit.stats import trajectory
+from bandit.stats.bootstrap import JACK_GROUPS, Entry, Interval, cluster_units, interval, resample_counts
+from bandit.logs.reader import load_logs
+from bandit.live.primary import attach, model_check_lines
+from bandit.logs.schema import code_version
 from bandit.selector_fit import SCORES, NestedResult, candidates, frontier_points, nested, primaries, rule_text
-from bandit.table import BlockTable
-from bandit.timingmodel import LABEL as TIMING_LABEL
+from bandit.logs.table import BlockTable
+from bandit.live.timingmodel import LABEL as TIMING_LABEL
 
 
 def selector_entries(t: BlockTable, unit: str, n_refit: int, seed: int, method: str) -> list[Entry]:
@@ -248,7 +250,7 @@ def main(
     latest: bool = False,
 ) -> str:
     """The report; selector.txt and selector_frontier.csv/.png written into OUT_DIR (default, with every option at
-    its default: beside the one run read; bandit/outputs.py)."""
+    its default: beside the one run read; bandit/logs/outputs.py)."""
     outputs.resamples(n_resamples, allow_zero=True), outputs.seed(seed)
     inp = outputs.resolve(paths, latest)
     opts = [("--resamples", n_resamples, 200), ("--seed", seed, 0)]
@@ -321,6 +323,6 @@ def cli(
 
 
 if __name__ == "__main__":
-    from bandit.errors import run
+    from bandit.logs.errors import run
 
     run(cli)

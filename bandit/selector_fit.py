@@ -17,15 +17,15 @@ Judged by its ranking, deployed by measured costs (docs/DESIGN.md, "Selector"):
   the training workloads' live prompts where a live phase is attached, else most tokens per target
   pass there), and by an inner leave-one-workload-out loop the alternatives set (each single other
   drafter, each pair, or all of them) and the threshold that maximise the modelled speedup: every
-  block priced by the live phase's timing model where one is attached (bandit/timingmodel.py:
+  block priced by the live phase's timing model where one is attached (bandit/live/timingmodel.py:
   prefill, passes, verified tokens of every draft verified, drafter calls), else by the rho/alpha
-  model (bandit/costmodel.py: the manifest's measured costs, else its documented what-if). The
+  model (bandit/stats/costmodel.py: the manifest's measured costs, else its documented what-if). The
   held-out workload then meets that rule unchanged. An operating point that never (or always)
   re-drafts is reported as such; skill = capture / redraft rate only where it re-drafts at all.
 
 On dense logs every fold works on the block set of its primary (its own trajectory starts);
 token counts are tau = accepted + 1 capped at the output's end. Refits are batched over
-bootstrap resamples (bandit/logistic.py), so `nested(t, counts)` evaluates all resamples at once.
+bootstrap resamples (bandit/stats/logistic.py), so `nested(t, counts)` evaluates all resamples at once.
 The report (tables, frontier plot, CIs) is bandit/selector.py's.
 
     python bandit/selector_fit.py [PATHS...]    # the point estimate of every score's frontier area, no CIs
@@ -45,11 +45,12 @@ from typing import Sequence
 
 import numpy as np
 
-from bandit import logistic, trajectory
-from bandit import progress as _progress
-from bandit.schema import FEATURES
-from bandit.table import BlockTable
-from bandit.timingmodel import pricer, rows_share
+from bandit.stats import logistic
+from bandit.stats import trajectory
+from bandit.logs import progress as _progress
+from bandit.logs.schema import FEATURES
+from bandit.logs.table import BlockTable
+from bandit.live.timingmodel import pricer, rows_share
 
 SCORES = ("logistic", "conf_min", "ent_mean", "draft_empty")
 FITTED = ("logistic",)  # scores refitted per fold: each fold's probabilities are on their own scale
@@ -315,7 +316,7 @@ class NestedResult:
     areas: dict[str, np.ndarray]  # score -> (m, W + 1): frontier area per held-out workload, then pooled
     sums: dict[str, list[FoldSums]]  # score -> W folds of the operating point
     rules: dict[str, list[list[Rule]]]  # score -> W folds -> m rules
-    costs: object  # the cost model: costmodel.Costs, or timingmodel.TimingModel (bandit/timingmodel.py)
+    costs: object  # the cost model: costmodel.Costs, or timingmodel.TimingModel (bandit/live/timingmodel.py)
 
     def outcome(self, score: str, fold: int | None = None) -> dict[str, np.ndarray]:
         """capture, redraft_rate, skill, token_gain, speedup [MODEL], each (m,), for one fold or pooled.
@@ -472,8 +473,8 @@ def frontier_points(t: BlockTable, score: str = "logistic") -> tuple[np.ndarray,
 
 
 if __name__ == "__main__":
-    from bandit.logs import demo, load_logs
-    from bandit.primary import attach_own
+    from bandit.logs.reader import demo, load_logs
+    from bandit.live.primary import attach_own
 
     def body(files, said: str) -> None:
         t = attach_own(load_logs(files))

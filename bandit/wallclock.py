@@ -2,7 +2,7 @@
 
 A campaign's live phase (`live.jsonl`, harness/livephase.py) decodes a seeded sample of prompts for
 real with plain decoding (the target alone), every fixed drafter, best-of-N and every live policy
-(bandit/livepolicies.py). The step-time model (docs/DESIGN.md, "Wall clock"):
+(bandit/policies/livepolicies.py). The step-time model (docs/DESIGN.md, "Wall clock"):
 
     wall_ms(prompt) = b_prefill + b_prompt * prompt_len                  (prefill)
                     + b_pass * passes + b_token * verified_tokens       (target verify + per-step overhead)
@@ -20,7 +20,7 @@ with 95% percentile bootstrap intervals over prompt clusters resampled within wo
 prediction's interval holds the coefficients fixed). For every policy, how far its live choices
 differ from the replayed ones; for every fixed drafter and best-of-N, the speedup over the fastest
 fixed drafter as measured, as the timing model predicts it and as the rho/alpha cost model
-(bandit/costmodel.py) does. `<run dir>/wallclock.json` holds one entry per configuration.
+(bandit/stats/costmodel.py) does. `<run dir>/wallclock.json` holds one entry per configuration.
 """
 
 from __future__ import annotations
@@ -39,12 +39,15 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
-from bandit import outputs, resample, trajectory
-from bandit.costmodel import costs_for
-from bandit.livelog import LIVE_FILE, TERMS, Decode, decodes, read_live
-from bandit.logs import LogError, load_logs
-from bandit.schema import BEST_OF_N, FIXED, POLICY, code_version
-from bandit.table import BlockTable
+from bandit.logs import outputs
+from bandit.stats import resample
+from bandit.stats import trajectory
+from bandit.stats.costmodel import costs_for
+from bandit.live.livelog import LIVE_FILE, TERMS, Decode, decodes, read_live
+from bandit.live.timingmodel import fit
+from bandit.logs.reader import LogError, load_logs
+from bandit.logs.schema import BEST_OF_N, FIXED, POLICY, code_version
+from bandit.logs.table import BlockTable
 from bandit.wallclock_text import choices_text, cost_model_text, plot_png, render
 
 __all__ = ["choices_text", "cost_model_text", "evaluate", "main", "plot_png", "render"]
@@ -54,25 +57,6 @@ FOLDS = 5
 
 def fold_of(name: str) -> int:
     return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % FOLDS
-
-
-def fit(X: np.ndarray, y: np.ndarray, M: np.ndarray) -> np.ndarray:
-    """The model's coefficients from decodes X (n, T + D) with wall times y (n,) and measured drafter times
-    M (n, D). Each drafter's call costs its measured mean per call (timed around every call) plus an extra
-    >= 0 fitted with the other terms by non-negative least squares on what the measured calls leave over:
-    a call costs more than its own timer shows (the bookkeeping around it, and the caches it leaves cold for
-    the verify forward that follows: after a draft-model call the same verify is measurably slower). The
-    extras are identified by decodes that call drafters in other proportions to their passes: plain (no call),
-    best-of-N (every drafter each pass) and the policies (a mix); a live phase of fixed drafters alone leaves
-    the split between the per-pass term and the extras to NNLS, which changes no fixed prediction."""
-    from scipy.optimize import nnls
-
-    T = len(TERMS)
-    calls = X[:, T:].sum(0)
-    per_call = np.divide(M.sum(0), calls, out=np.zeros_like(calls), where=calls > 0)
-    rest = y - X[:, T:] @ per_call
-    b = nnls(X, rest)[0]
-    return np.r_[b[:T], per_call + b[T:]]
 
 
 @dataclass(frozen=True)
@@ -90,7 +74,7 @@ class WallclockResult:
     ci_how: str
     inputs: list[dict]
     cost_models: dict | None = None  # speedups over the fastest fixed drafter: measured, timing model, rho/alpha
-    command: str = ""  # the command that made the report (bandit/outputs.py)
+    command: str = ""  # the command that made the report (bandit/logs/outputs.py)
 
     def to_json(self, code_version: str) -> dict:
         return {
@@ -161,7 +145,7 @@ def evaluate(
     strata = np.zeros(len(clusters), np.int64)
     for d in dec:
         strata[col[d.cluster]] = d.workload
-    # cluster multiplicities per resample: the bootstrap's own stratified draws (bandit/resample.py)
+    # cluster multiplicities per resample: the bootstrap's own stratified draws (bandit/stats/resample.py)
     draws = np.concatenate(list(resample.count_chunks(strata, n_resamples, seed))).astype(float)
 
     def cluster_sums(c, p):
@@ -189,7 +173,7 @@ def evaluate(
 
     fixed = sorted(c for c in configs if c.startswith(FIXED))  # name order: max() keeps the first on ties
     fastest = max(fixed, key=lambda c: rates(c)[0][0]) if fixed else None  # the point estimate's, measured
-    # the primary as bandit/primary.py chooses it: measured live where every drafter was decoded alone
+    # the primary as bandit/live/primary.py chooses it: measured live where every drafter was decoded alone
     if {FIXED + d for d in t.drafters} <= set(fixed):
         primary, rule = fastest, f"{trajectory.MEASURED_RULE}: the highest measured tokens/s pooled over the sample"
     else:
@@ -376,6 +360,6 @@ def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int =
 
 
 if __name__ == "__main__":
-    from bandit.errors import run as _run
+    from bandit.logs.errors import run as _run
 
     _run(cli)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bandit import outputs
-from bandit.livelog import LIVE_FILE
+from bandit.logs import outputs
+from bandit.live.livelog import LIVE_FILE
 
 
 def render(r) -> str:

@@ -1,19 +1,23 @@
 """Speed of the bootstrap, measured side by side in one run (ratios, not absolute targets, are the claim).
 
 0. Where `python bandit/ci.py`'s time goes on the default campaign: the share spent drawing resamples
-   and summing columns (bandit/resample.py, plain numpy). It is why no compiled kernel is kept: a
+   and summing columns (bandit/stats/resample.py, plain numpy). It is why no compiled kernel is kept: a
    kernel could save at most that share (issue 14 asked for one only if it saved a fifth).
 1. `python bandit/ci.py` end to end (load, every headline entry, nested selector refits included)
    with 10,000 resamples on a simulated ~10k-block, 4-drafter, 4-workload dense log; target <= 60 s.
 2. The per_block_gap CI (best fixed drafter re-chosen per resample) by bandit/ci.py's engine
-   (bandit/resample.py) vs scipy.stats.bootstrap on the same statistic, same data, same number of
+   (bandit/stats/resample.py) vs scipy.stats.bootstrap on the same statistic, same data, same number of
    resamples; target >= 10x. Each side is timed --repeat times, alternating, and its best time
    is compared (the machine may be shared: the best of a few runs is the least disturbed one).
 
-3. The selector's nested refits: one fold's logistic fits for every resample at once (bandit/logistic.py) vs a
+3. The selector's nested refits: one fold's logistic fits for every resample at once (bandit/stats/logistic.py) vs a
    scikit-learn pipeline loop over the same weighted resamples; target >= 10x, coefficients compared.
+4. Every report command (bandit/logs/outputs.py DOCUMENTED, the bandit/ ones) on the published campaign, each a
+   process of its own with its default options, writing into a temporary directory (--out): its wall time, the
+   machine's load average beside it; `python bandit/core.py` target < 30 s (issue 25). `--reports-only` runs this
+   part alone; `bench/coverage.py` (minutes) is left out unless `--with-coverage`.
 
-    python bench/bench_ci.py [--resamples 10000] [--prompts 104] [--repeat 5]
+    python bench/bench_ci.py [--resamples 10000] [--prompts 104] [--repeat 5] [--reports-only] [--with-coverage]
 """
 
 from __future__ import annotations
@@ -30,9 +34,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import numpy as np
 import scipy.stats
 
-from bandit import bootstrap, ci, progress, resample, selector_fit, trajectory
-from bandit.logs import default_inputs, load_logs
-from bandit.simulate import SimConfig, write_sim_run
+from bandit import ci, selector_fit
+from bandit.stats import bootstrap
+from bandit.logs import progress
+from bandit.stats import resample
+from bandit.stats import trajectory
+from bandit.logs.reader import default_inputs, load_logs
+from bandit.sim.simulate import SimConfig, write_sim_run
 
 
 def gap_stat(T: np.ndarray) -> np.ndarray:
@@ -41,7 +49,7 @@ def gap_stat(T: np.ndarray) -> np.ndarray:
 
 
 def resampling_share() -> None:
-    """Time of bandit/ci.py's headline on the default campaign, and the part of it spent in bandit/resample.py."""
+    """Time of bandit/ci.py's headline on the default campaign, and the part of it spent in bandit/stats/resample.py."""
     files, said = default_inputs()
     spent = {"count_chunks": 0.0, "sum_chunks": 0.0}
     inside = [0]  # sum_chunks reads count_chunks: time only the outermost call
@@ -79,7 +87,7 @@ def resampling_share() -> None:
         resample.count_chunks, resample.sum_chunks = real
     sums, counts = spent["sum_chunks"], spent["count_chunks"]
     print(
-        f"{said}\nbandit/ci.py's load + headline: {total:.1f} s (load {t_load:.1f} s); in bandit/resample.py: "
+        f"{said}\nbandit/ci.py's load + headline: {total:.1f} s (load {t_load:.1f} s); in bandit/stats/resample.py: "
         f"column sums (draws included) {sums:.2f} s, resample counts for the refits {counts:.2f} s, together "
         f"{100 * (sums + counts) / total:.1f}% of the run (a compiled kernel would be kept only above 20%)"
     )
@@ -91,7 +99,11 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=104, help="per workload; 104 x 4 x 100 tokens ~ 10k blocks")
     ap.add_argument("--refit", type=int, default=ci.N_REFIT)
     ap.add_argument("--repeat", type=int, default=5, help="timings per side (best one counts)")
+    ap.add_argument("--reports-only", action="store_true", help="time the report commands only (part 4)")
+    ap.add_argument("--with-coverage", action="store_true", help="part 4 also times bench/coverage.py")
     args = ap.parse_args()
+    if args.reports_only:
+        return report_times(args.with_coverage)
     n = args.resamples
     resampling_share()
     with tempfile.TemporaryDirectory() as tmp:
@@ -175,8 +187,8 @@ def main() -> None:
     print(
         f"  same, scipy.stats.bootstrap with vectorized=False (once): {t_loop:.3f} s; speed ratio {t_loop / t_mine:.1f}x"
     )
-    # the nested selector refits: every resample's logistic model at once (bandit/logistic.py) vs scikit-learn's loop
-    from bandit import logistic
+    # the nested selector refits: every resample's logistic model at once (bandit/stats/logistic.py) vs scikit-learn's loop
+    from bandit.stats import logistic
     from bench_logistic import sklearn_loop
 
     p0 = trajectory.primary(t)
@@ -203,6 +215,47 @@ def main() -> None:
         "draws 16-bit words into per-cluster counts and sums columns as counts @ values per stratum, scipy draws int64 "
         "indices and gathers each column separately"
     )
+    report_times(args.with_coverage)
+
+
+REPORT_OUT = {  # each documented report command and the option that sends its files elsewhere
+    "python bandit/ci.py": ["--out", "{tmp}/ci.json"],
+    "python bandit/replay.py": ["--out", "{tmp}/replay.txt"],
+    "python bandit/selector.py": ["--out-dir", "{tmp}"],
+    "python bandit/breakeven.py": ["--out", "{tmp}/breakeven.txt"],
+    "python bandit/wallclock.py": ["--out", "{tmp}/wallclock.json"],
+    "python bandit/core.py": ["--out", "{tmp}/core.txt"],
+    "python bench/coverage.py": ["--out", "{tmp}/coverage.json"],
+}
+
+
+def report_times(with_coverage: bool) -> None:
+    """Part 4: each report command's wall time on the published campaign, one process each, default options."""
+    import os
+    import subprocess
+
+    from bandit.logs.outputs import DOCUMENTED
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    commands = sorted(set(DOCUMENTED.values()), key=list(REPORT_OUT).index)
+    missing = [c for c in commands if c not in REPORT_OUT]
+    assert not missing, f"bench_ci.py REPORT_OUT lacks {missing}"
+    print(f"report commands on the published campaign ({default_inputs()[1]}), {os.cpu_count()} cores:")
+    with tempfile.TemporaryDirectory() as tmp:
+        for cmd in commands:
+            if cmd.endswith("coverage.py") and not with_coverage:
+                print(f"  {cmd:<28} (skipped: --with-coverage)")
+                continue
+            argv = [sys.executable, *cmd.split()[1:], *(a.format(tmp=tmp) for a in REPORT_OUT[cmd])]
+            load = os.getloadavg()[0]
+            t0 = time.perf_counter()
+            p = subprocess.run(argv, cwd=root, capture_output=True, text=True, env={**os.environ, "COLUMNS": "100"})
+            dt = time.perf_counter() - t0
+            status = "ok" if p.returncode == 0 else f"FAILED (exit {p.returncode}: {p.stderr.strip()[-200:]})"
+            target = ""
+            if cmd == "python bandit/core.py":
+                target = f" (target < 30 s: {'met' if dt < 30 else 'MISSED'})"
+            print(f"  {cmd:<28} {dt:7.1f} s{target}  load before {load:.2f}  {status}")
 
 
 if __name__ == "__main__":

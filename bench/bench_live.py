@@ -18,8 +18,10 @@ one request at a time, with ngram speculation at k = --k:
 Equal work: the outputs must be identical (harness plain = harness live, vLLM plain = vLLM ngram = harness plain,
 prompt by prompt), else the ratio is refused. Times: --reps repetitions that alternate the two decodings of a side,
 the median total of each. Per-step ms: the total over the target forwards (harness: the prefill plus one per token,
-or per block; vLLM: engine steps, its prefill included). One torch thread count for both halves (--threads, default
-torch's; vLLM's CPU worker keeps the process's). The machine is shared: the 1-minute load average is printed.
+or per block; vLLM: engine steps, its prefill included; with --vllm-engine mp, the front end's step calls, about one
+more per request). One torch thread count for both halves (--threads, default torch's; vLLM's CPU worker keeps the
+process's, and NUMBA_NUM_THREADS is set to it, as vLLM's ngram proposer resets numba's thread count, which under
+numba's OpenMP layer is torch's). The machine is shared: the 1-minute load average is printed.
 
 Target (issue 25): the harness's realised speedup within 10% of vLLM's (harness / vLLM >= 0.90).
 
@@ -246,6 +248,9 @@ def hf_compare(h: Harness, args, live_outputs: list[list[int]]) -> dict:
 def vllm_half(args, prompts: list[list[int]], reference: list[list[int]]) -> dict:
     """vLLM plain and vLLM ngram, one request at a time; outputs checked against the harness's. In-process by
     default (--vllm-engine inproc); `mp`: LLM's default, the engine core in a process of its own."""
+    # vLLM's ngram proposer (numba) restores numba's own thread count after each proposal, and with numba's OpenMP
+    # layer that is also torch's: numba's count is the process's, or the forwards would change threads mid-run
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(torch.get_num_threads()))
     kw = dict(max_num_seqs=1)
     if args.vllm_engine == "inproc":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process (read when an LLM is made)

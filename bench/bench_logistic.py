@@ -1,4 +1,4 @@
-"""Speed of bandit/logistic.py's batched fit vs the scikit-learn loop it replaces (target >= 10x).
+"""Speed of bandit/stats/logistic.py's batched fit vs the scikit-learn loop it replaces (target >= 10x).
 
 Synthetic data shaped like the selector's: 4 features (3 confidences in [0, 1], an entropy-like
 value up to 7), labels from a weak logistic signal, rows grouped into ~300 prompt clusters, and
@@ -29,7 +29,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
-from bandit.logistic import fit_batched
+from bandit.stats.logistic import fit_batched
 
 TARGET = 10.0
 

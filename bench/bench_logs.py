@@ -1,4 +1,4 @@
-"""Loading speed and peak memory of `bandit.logs.load_logs` on a simulated 1M-record, 4-drafter .jsonl.gz log.
+"""Loading speed and peak memory of `bandit.logs.reader.load_logs` on a simulated 1M-record, 4-drafter .jsonl.gz log.
 
 Each measurement runs in a fresh subprocess that reads its own peak RSS from /proc/self/status
 VmHWM (`ru_maxrss` would survive the fork+exec and report the parent's peak). Side by side:
@@ -10,7 +10,7 @@ VmHWM (`ru_maxrss` would survive the fork+exec and report the parent's peak). Si
   exact path          the standard library's json and the per-record checks alone (pyarrow's reader off)
 
 and their ratios, and whether every load gave the same table (a digest of its arrays). With
---campaign-10m it packs the log (`bandit.logs.pack`), writes ten copies of the packed file as one
+--campaign-10m it packs the log (`bandit.logs.reader.pack`), writes ten copies of the packed file as one
 campaign of 10M records (distinct prompts: workload names prefixed s0-..s9-) and loads all of it
 from Parquet, against the target of 4 GB peak RSS. The log, its cache and the campaign are kept
 in bench/out/.
@@ -88,7 +88,7 @@ def _row(name: str, m: dict) -> str:
 
 
 def _log(records: int, out: Path) -> Path:
-    from bandit.simulate import SimConfig, write_sim_run
+    from bandit.sim.simulate import SimConfig, write_sim_run
 
     n_prompts = max(1, records // (4 * 500))
     run = out / f"sim_{4 * n_prompts * 500}"
@@ -104,8 +104,8 @@ def _campaign(log: Path, out: Path, shards: int = 10) -> Path:
     """`shards` copies of the packed log as one campaign: workload W of copy k renamed sK-W (distinct prompts)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from bandit import columnar
-    from bandit.logs import pack
+    from bandit.logs import columnar
+    from bandit.logs.reader import pack
 
     packed, camp = out / f"packed_{log.parent.name}", out / f"campaign_{shards}x_{log.parent.name}"
     if not (packed / "blocks_sim.parquet").exists():

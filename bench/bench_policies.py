@@ -1,6 +1,6 @@
 """Speed of the policy replay, measured side by side in one run.
 
-1. Every policy of bandit/policies.py replayed on ~100k simulated blocks in per-block mode
+1. Every policy of bandit/policies/registry.py replayed on ~100k simulated blocks in per-block mode
    through evaluate.run_policy, plus the hindsight baselines; target: all together <= 30 s.
 2. The replay loop's own share: `Random` (a policy that does almost nothing) replayed again,
    as a fraction of the total, so the loop's per-block cost is visible next to the learners'.
@@ -24,9 +24,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from bandit import evaluate, walk  # moved by the layering
-from bandit.policies import Random, make_policies
-from bandit.simulate import SimConfig, simulate_table
+from bandit.sim import evaluate
+from bandit.policies import walk
+from bandit.policies.registry import Random, make_policies
+from bandit.sim.simulate import SimConfig, simulate_table
 
 TARGET_S = 30.0
 

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `python bench/bench_sweep.py` from anywhere: the imports below are ours
 
 import sweep
-from bandit.logs import iter_records
+from bandit.logs.reader import iter_records
 from harness.tiny import make_model, make_tokenizer, save_model, write_workload_file
 
 

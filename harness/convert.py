@@ -22,9 +22,9 @@ import torch
 import typer
 from safetensors.torch import save
 
-from bandit.safeio import write_file
+from bandit.logs.safeio import write_file
 
-from .heads import PICKLED
+from .head_formats import PICKLED
 from .lm import HarnessError
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bandit.schema import EMPTY_DRAFT_FEATURES, LOOKUP_KINDS, Context, Timing, draft_features
+from bandit.logs.schema import EMPTY_DRAFT_FEATURES, LOOKUP_KINDS, Context, Timing, draft_features
 
 from .drafters import common_prefix, Draft, Prefix, Sequence, feature_layers
 from .lm import LAST, HarnessError

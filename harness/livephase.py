@@ -1,10 +1,10 @@
 """The live phase of a campaign: real speculative decoding on a seeded sample of its prompts.
 
 After the dense phase, every live configuration decodes the same sample of prompts for real
-(configuration names: bandit/schema.py): `plain`, the target's own greedy loop (Target.generate:
+(configuration names: bandit/logs/schema.py): `plain`, the target's own greedy loop (Target.generate:
 prefill, then one 1-token forward per output token); each fixed drafter alone (`fixed:<name>`);
 best-of-N (every drafter drafts, one tree forward verifies all drafts, the longest accepted one
-advances); and each live policy (`policy:<name>`, bandit/livepolicies.py, `--live-policies`)
+advances); and each live policy (`policy:<name>`, bandit/policies/livepolicies.py, `--live-policies`)
 choosing the drafter per block. For every (configuration, prompt) one line goes to `live.jsonl` in
 the run directory (fields below); `bandit/wallclock.py` fits its timing model on them and checks
 its dense-log predictions against them.
@@ -18,7 +18,7 @@ sweep's order, hands every prompt's dense output to the drafters once (sampled o
 decodes a sampled prompt with every configuration before that. Configurations take turns on
 each prompt, so drift in the machine's speed falls on all of them alike.
 
-A policy is built once by `bandit.livepolicies.make(name, t, timing)` on the run's dense log t, with
+A policy is built once by `bandit.policies.livepolicies.make(name, t, timing)` on the run's dense log t, with
 the policies' Timing: `policy_timing`, measured before the decodes (verify forwards timed on
 prefixes of sampled prompts' dense outputs, each drafter's mean call time from a timed warm-up
 decode of its fixed configuration) and kept in the manifest's `live`, also across resumes, so that
@@ -58,7 +58,7 @@ import json
 import sys
 from pathlib import Path
 
-from bandit.schema import BEST_OF_N, FIXED, PLAIN, POLICY, Timing
+from bandit.logs.schema import BEST_OF_N, FIXED, PLAIN, POLICY, Timing
 
 from .calibrate import time_verify
 from .engine import Engine, PromptResult, RunConfig
@@ -90,8 +90,8 @@ def configurations(names: list[str], policies=()) -> list[str]:
 
 
 def _lib():
-    """bandit/livepolicies.py (LIVE_POLICIES, make); the tests put a stand-in here."""
-    from bandit import livepolicies
+    """bandit/policies/livepolicies.py (LIVE_POLICIES, make); the tests put a stand-in here."""
+    from bandit.policies import livepolicies
 
     return livepolicies
 
@@ -228,7 +228,7 @@ def dense_logs(d: Path) -> list[Path]:
 def dense_table(d: Path):
     """The run's dense log as a BlockTable (what the policies are made on), without the loader's note that
     the run is incomplete: its dense phase is done, only the live phase is under way."""
-    from bandit.logs import load_logs
+    from bandit.logs.reader import load_logs
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):

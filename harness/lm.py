@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from bandit.errors import InputError
+from bandit.logs.errors import InputError
 
 MODELS_ENV = ("MACH_MODELS", "SPECBANDIT_MODELS")  # MACH_MODELS is the research repo's convention
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -24,13 +24,13 @@ from typing import Annotated
 
 import typer
 
-from bandit.logs import load_logs
+from bandit.logs.reader import load_logs
 
 from . import shards
 from .shards import CampaignError
 
 LIVE_FILE = "live.jsonl"  # harness/livephase.py's
-SETTINGS = "settings.json"  # harness/rundir.py's
+SETTINGS = "settings.json"  # harness/manifest.py's
 
 
 @dataclass
@@ -251,7 +251,7 @@ def merged_manifest(out: Path, sources: list[Source], n_done: int) -> dict:
 
 
 def target_check(out: Path, sources: list[Source]) -> dict:
-    """The manifest's target_check over the merged prompts (sweep.py's `target_check`, from the copied lines)."""
+    """The manifest's target_check over the merged prompts (harness/collect.py's `target_check`, from the copied lines)."""
     seen = [json.loads(raw) for s in sources for part in s.parts.values() for raw in part.checks.values()]
     done = {(r["workload"], r["prompt_id"]) for s in sources for part in s.parts.values() for r in part.progress}
     seen = [r for r in seen if (r["workload"], r["prompt_id"]) in done]

@@ -34,8 +34,8 @@ RANGE = {  # what --help and a refusal say of each
 }
 DEVICE = re.compile(r"(cpu|cuda(:(0|[1-9][0-9]{0,3}))?)\Z")
 
-# Built-in drafter kinds (harness/drafters.py): setting -> str, or (int | float, lowest, highest). A setting not
-# listed is left to the class (an unknown one is refused there); plug-in kinds check their own.
+# Built-in drafter kinds (harness/drafters/registry.py): setting -> str, or (int | float, lowest, highest). A
+# setting not listed is left to the class (an unknown one is refused there); plug-in kinds check their own.
 _PATH = {"path": str}
 _BATCH = {"batch": (int, 1, 1 << 16)}
 SETTINGS = {

@@ -26,7 +26,7 @@ import uuid
 from collections import deque
 from pathlib import Path
 
-from bandit.errors import InputError
+from bandit.logs.errors import InputError
 
 from .lm import HarnessError
 from .worker import Plan, Worker

@@ -29,76 +29,41 @@ A second writer is refused with a message naming the holder; a lock left by a de
 with a note. A run directory or a file of it that is a symlink is refused, and files are opened with
 O_NOFOLLOW. The campaign's models are compared by the sha256 of their weights, not their paths, so a run
 copied elsewhere (models too) resumes there.
+
+The manifest's and settings.json's contents, and their checks on a resume: harness/manifest.py; the checks before
+any model loads, the harness's own files and the locks' holders: harness/preflight.py.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
-import math
 import os
-import platform
 import sys
-import time
-from contextlib import contextmanager
 from pathlib import Path
-
-from bandit.schema import code_version
 
 from . import shards
 from .lm import HarnessError
-from .shards import CampaignError, Shard
-
-REPO = Path(__file__).resolve().parents[1]
-CAMPAIGN_FIELDS = shards.CAMPAIGN_FIELDS
-LOCK = shards.LOCK
-SETTINGS = "settings.json"  # the record-changing settings not in the manifest (compared on --resume)
-_NOFOLLOW = shards.NOFOLLOW
-# files the harness writes in a run directory; none of them may be a symlink (nor those of the prefixes)
-_OWN_FILES = (
-    "manifest.json",
-    "manifest.json.tmp",
-    "progress.jsonl.tmp",
-    LOCK,
-    shards.MANIFEST_LOCK,
+from .manifest import (
     SETTINGS,
-    SETTINGS + ".tmp",
-    "live_calibration.json",
-    "live_calibration.json.tmp",
+    SHARD_KEYS,
+    campaign_shards,
+    check_campaign,
+    check_settings,
+    read_recorded,
+    run_json,
+    throughput,
 )
-_OWN_PREFIXES = ("blocks_", "progress", "target_check", "shard-", "live")
-# what a shard writer may change in the campaign's manifest (the rest is its creator's)
-_SHARD_KEYS = ("shards", "n_prompts", "target_check", "complete")
+from .preflight import as_harness, busy_message, check_symlinks, preflight, wait_for
+from .shards import Shard
 
-
-def hardware(device: str) -> dict:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") and torch.cuda.is_available() else None
-    return {"device": device, "torch": torch.__version__.split("+")[0], "cpu": cpu, "gpu": gpu}
-
-
-@contextmanager
-def _as_harness():
-    """The torch-free helpers' CampaignError, raised as the harness's HarnessError."""
-    try:
-        yield
-    except CampaignError as e:
-        raise HarnessError(str(e)) from None
+LOCK = shards.LOCK
+_NOFOLLOW = shards.NOFOLLOW
 
 
 def _open_nofollow(path: Path, flags: int) -> int:
     """os.open that never follows a symlink at `path`; a link (or any failure) is one HarnessError line."""
-    with _as_harness():
+    with as_harness():
         return shards.open_nofollow(path, flags)
 
 
@@ -139,141 +104,8 @@ def _open_append(path: Path):
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    with _as_harness():
+    with as_harness():
         shards.atomic_write(path, text)
-
-
-def _not_finite(v, where: str = "") -> str | None:
-    """The first field of `v` holding a NaN or an infinity (JSON has neither), or None."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return where or "a value"
-    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else ()
-    return next((w for k, x in items if (w := _not_finite(x, f"{where}.{k}" if where else str(k)))), None)
-
-
-def run_json(obj, name: str) -> str:
-    """A run file's indented JSON; a NaN or an infinity anywhere is one HarnessError line naming its field."""
-    bad = _not_finite(obj)
-    if bad:
-        raise HarnessError(f"{name}: {bad} is not a finite number; refusing to write it")
-    return json.dumps(obj, indent=2, allow_nan=False) + "\n"
-
-
-def _own_part_has_records(d: Path, shard: Shard) -> bool:
-    return bool(shards.read_progress(d / shards.progress_name(shard.tag)))
-
-
-def preflight(out: str | Path, resume: bool, shard: Shard | None = None) -> None:
-    """Checks on the run directory that need no model: run before any work."""
-    d = Path(out)
-    if os.path.islink(str(out).rstrip("/") or "/"):
-        raise HarnessError(
-            f"{d}: the run directory is a symlink; refusing to write through it (give the real directory as --out)"
-        )
-    if d.exists() and not d.is_dir():
-        raise HarnessError(f"{d}: exists and is not a directory")
-    if d.is_dir():
-        check_symlinks(d)
-    if resume and not d.exists():
-        raise HarnessError(f"--resume {d}: no such run directory (drop --resume to start a new run there)")
-    if not resume and (d / "manifest.json").exists():
-        if shard is None:
-            raise HarnessError(f"{d}: already holds a run; add --resume to continue it, or choose another --out")
-        if _own_part_has_records(d, shard):
-            raise HarnessError(f"{d}: already holds records of shard {shard}; add --resume to continue it")
-    if d.is_dir():
-        _probe_lock(d, shard)
-
-
-def _busy_message(d: Path, path: Path, who: list[str]) -> str:
-    return (
-        f"{d}: in use by another sweep ({'; '.join(who)}, lock {path}); wait for it to finish or choose another --out"
-    )
-
-
-def _probe_lock(d: Path, shard: Shard | None) -> None:
-    """Refuse early (before any model loads) when another sweep holds what this one needs."""
-    wanted = [(d / LOCK, shard is not None)] + ([(d / f"shard-{shard.tag}.lock", False)] if shard else [])
-    for path, shared in wanted:
-        if not path.exists() or path.is_symlink():
-            continue  # none (or a link: refused by check_symlinks); RunDir takes the lock for real
-        who = _wait_for(d, path, lambda: _could_take(path, shared))
-        if who:
-            raise HarnessError(_busy_message(d, path, who))
-
-
-def _could_take(path: Path, shared: bool) -> bool:
-    """Whether the lock could be taken in this mode now (tried, and dropped at once; nothing is created)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | shards.CLOEXEC)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _wait_for(d: Path, path: Path, attempt) -> list[str] | None:
-    """Call `attempt` (take a lock, or try it) until it succeeds: None; or who holds the lock. A failure with no
-    holder to name is a lock changing hands (a shard releasing, a writer starting) and is tried again, briefly."""
-    who: list[str] = []
-    with _as_harness():
-        for _ in range(40):
-            if attempt():
-                return None
-            who = shards.holders(d) if path.name == LOCK else [shards.describe(shards.holder(path))]
-            if who and who != ["unreadable holder"]:
-                return who
-            time.sleep(0.05)
-    return who or ["unreadable holder"]
-
-
-def check_symlinks(d: Path, *names: str) -> None:
-    try:
-        entries = list(os.scandir(d))
-    except OSError as e:
-        raise HarnessError(f"{d}: cannot read the run directory: {e.strerror}") from None
-    for e in entries:
-        ours = e.name in _OWN_FILES or e.name in names or e.name.startswith(_OWN_PREFIXES)
-        if ours and e.is_symlink():
-            raise HarnessError(
-                f"{d / e.name}: is a symlink; refusing to write through it (a run directory's files must be its own)"
-            )
-
-
-def find_resumable(root: str | Path, keys) -> Path:
-    """The newest run under `root` that lacks some of `keys` ((workload, prompt_id)) in its progress."""
-    root = Path(root)
-    keys = set(keys)
-    found, seen = [], 0
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
-        if d.is_symlink() or not d.is_dir() or not (d / "manifest.json").is_file():
-            continue
-        try:
-            m = json.loads((d / "manifest.json").read_text())
-            created = str(m.get("created") or "")
-            if m.get("label") != "MEASURED":  # a simulator's run: nothing the sweep could continue
-                continue
-        except (OSError, ValueError, AttributeError):
-            continue  # an unreadable manifest is reported when that run is named with --out
-        seen += 1
-        done = shards.done_keys(d)
-        if not keys <= done or m.get("complete") is not True:  # prompts missing, or the live phase unfinished
-            found.append((created, d.stat().st_mtime, d))
-    if not found:
-        why = (
-            f"{root} does not exist"
-            if not root.is_dir()
-            else f"no run under {root}"
-            if not seen
-            else f"all {seen} run(s) under {root} are complete"
-        )
-        raise HarnessError(f"--resume without --out: nothing to continue ({why}); give --out RUN_DIR")
-    return max(found)[2]
 
 
 class Part:
@@ -355,9 +187,9 @@ class RunDir:
         if self.shard:
             wanted.append(shards.Lock(self.dir / f"shard-{self.shard.tag}.lock"))
         for lock in wanted:
-            who = _wait_for(self.dir, lock.path, lock.take)
+            who = wait_for(self.dir, lock.path, lock.take)
             if who:
-                raise HarnessError(_busy_message(self.dir, lock.path, who))
+                raise HarnessError(busy_message(self.dir, lock.path, who))
             self._locks.append(lock)
 
     def close(self) -> None:
@@ -381,41 +213,20 @@ class RunDir:
 
     # ---- opening: new run, resume, or a shard joining its campaign ----
     def _open(self, resume: bool) -> None:
-        with _as_harness(), shards.manifest_lock(self.dir):
-            old = self._read_old()
+        with as_harness(), shards.manifest_lock(self.dir):
+            old = read_recorded(self.dir)
             if old is not None:
                 self._continue(old, resume)
                 return
             self._start(resume)
 
-    def _read_old(self) -> dict | None:
-        mpath = self.dir / "manifest.json"
-        if not mpath.exists():
-            return None
-        try:
-            old = json.loads(mpath.read_text())
-            if not isinstance(old, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as e:
-            raise HarnessError(
-                f"--resume {self.dir}: {mpath} is unreadable ({e}); the finished work cannot "
-                "be checked against this command; repair it or start a new run"
-            ) from None
-        return old
-
     def _continue(self, old: dict, resume: bool) -> None:
         joining = self.shard is not None and not self.part.has_records()
         if not resume and not joining:
             raise HarnessError(f"{self.dir}: already holds a run; add --resume to continue it, or choose another --out")
-        f = shards.campaign_difference(old, self.manifest)
-        if f is not None:
-            raise HarnessError(
-                f"{self._verb}: setting {f!r} differs: recorded {old.get(f)!r}, this command {self.manifest.get(f)!r}"
-            )
-        for note in shards.moved_models(old, self.manifest):
-            print(f"note: {self.dir}: {note}; the same weights, so the campaign continues", file=sys.stderr)
-        self._check_settings(self.dir / SETTINGS)
-        self._check_shards(old.get("shards"))
+        check_campaign(self.dir, self._verb, old, self.manifest)
+        check_settings(self.dir, self.settings, self._verb)
+        self.shards = campaign_shards(self.dir, self.shard, self.shards, old.get("shards"))
         carried = {k: old[k] for k in ("shards", "parts", "throughput") if k in old}
         self.manifest = {**self.manifest, "created": old.get("created", self.manifest["created"]), **carried}
         if self.shards:
@@ -427,21 +238,6 @@ class RunDir:
             self._write_manifest(fresh=True)
         else:  # one shard among others: the campaign's manifest stays, only no longer complete
             self._write_manifest(drop=("complete",))
-
-    def _check_shards(self, recorded) -> None:
-        """A campaign is split one way: shard parts of another count are refused (their prompts would overlap)."""
-        counts = {shards.parse_tag(t).count for t in shards.find_parts(self.dir) if t}
-        if recorded:
-            counts.add(int(recorded))
-        if self.shard is not None and counts - {self.shard.count}:
-            n = sorted(counts - {self.shard.count})[0]
-            raise HarnessError(
-                f"--shard {self.shard}: the campaign in {self.dir} is split into {n} shards; give --shard I/{n}"
-            )
-        if self.shards and not self.shard and counts:  # a Ray driver continues the campaign's split
-            if len(counts) > 1:
-                raise HarnessError(f"{self.dir}: holds shard parts of several counts {sorted(counts)}")
-            self.shards = counts.pop()
 
     def _start(self, resume: bool) -> None:
         found = [self._part(t) for t in shards.find_parts(self.dir)] + ([self.part] if self.part else [])
@@ -462,31 +258,6 @@ class RunDir:
         if self.settings is not None:
             _atomic_write(self.dir / SETTINGS, run_json(self.settings, SETTINGS))
         self._write_manifest(fresh=True)
-
-    def _check_settings(self, spath: Path) -> None:
-        if self.settings is None:
-            return
-        if not spath.exists():
-            print(
-                f"note: --resume {self.dir}: no {SETTINGS} (a run from before settings were recorded); "
-                "only the manifest's fields were checked",
-                file=sys.stderr,
-            )
-            return
-        try:
-            old = json.loads(spath.read_text())
-            if not isinstance(old, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as e:
-            raise HarnessError(
-                f"--resume {self.dir}: {spath} is unreadable ({e}); repair it or start a new run"
-            ) from None
-        for f, new in self.settings.items():
-            if f in old and old[f] != new:
-                raise HarnessError(f"{self._verb}: setting {f!r} differs: recorded {old[f]!r}, this command {new!r}")
-        for f in old:
-            if f not in self.settings:
-                raise HarnessError(f"{self._verb}: setting {f!r} differs: recorded {old[f]!r}, this command has none")
 
     # ---- recovery: what is finished, in every part ----
     def _recover_all(self) -> None:
@@ -541,17 +312,6 @@ class RunDir:
             print(f"resume: cut {size - end} bytes of unfinished records from {part.blocks}")
 
     # ---- the manifest ----
-    def _throughput(self) -> dict:
-        out = {}
-        for wid, w in self.workers.items():
-            secs = w["seconds"]
-            out[wid] = {
-                **w,
-                "seconds": round(secs, 3),
-                "records_per_s": round(w["records"] / secs, 2) if secs else None,
-            }
-        return {"workers": out}
-
     def _write_manifest(self, fresh: bool = False, drop: tuple = ()) -> None:
         """Replace manifest.json: `fresh`, this writer's manifest alone; else merged into the file's current
         content (another shard may have written since), each writer contributing its own fields. The caller
@@ -561,11 +321,11 @@ class RunDir:
         if fresh or self.exclusive:
             new = {**cur, **self.manifest}
         else:
-            new = {**cur, **{k: self.manifest[k] for k in _SHARD_KEYS if k in self.manifest}}
+            new = {**cur, **{k: self.manifest[k] for k in SHARD_KEYS if k in self.manifest}}
         for k in drop:
             new.pop(k, None)
         new["throughput"] = shards.merge_throughput(
-            cur.get("throughput") or self.manifest.get("throughput"), self._throughput()
+            cur.get("throughput") or self.manifest.get("throughput"), throughput(self.workers)
         )
         parts = self._parts_info()
         if parts:
@@ -583,14 +343,14 @@ class RunDir:
         return {t: {"done": sum(1 for w in self.where.values() if w == t)} for t in tags}
 
     def write_manifest(self) -> None:
-        with _Writing(self.dir / "manifest.json"), _as_harness(), shards.manifest_lock(self.dir):
+        with _Writing(self.dir / "manifest.json"), as_harness(), shards.manifest_lock(self.dir):
             self._write_manifest()
 
     def update_manifest(self, fn):
         """`fn(self.manifest)` on what every part has finished by now (read again), then the manifest written,
         both under manifest.lock: of two shards finishing together, the later one sees the other's prompts.
         Returns what `fn` returns."""
-        with _Writing(self.dir / "manifest.json"), _as_harness(), shards.manifest_lock(self.dir):
+        with _Writing(self.dir / "manifest.json"), as_harness(), shards.manifest_lock(self.dir):
             self.refresh()
             out = fn(self.manifest)
             self._write_manifest()
@@ -661,32 +421,3 @@ class RunDir:
             os.fsync(fh.fileno())
         self.done[(workload, prompt_id)] = output
         self.where[(workload, prompt_id)] = part.tag
-
-
-def make_manifest(
-    run: str,
-    mode: str,
-    target: dict,
-    drafters: dict,
-    k: int,
-    temperature: float,
-    seed: int,
-    workloads: list[str],
-    device: str,
-) -> dict:
-    """The manifest of docs/manifest.md, field for field (timing is added after the live phase)."""
-    return {
-        "v": 1,
-        "label": "MEASURED",
-        "run": run,
-        "created": shards.now_utc(),
-        "mode": mode,
-        "target": target,
-        "drafters": drafters,
-        "k": k,
-        "temperature": temperature,
-        "seed": seed,
-        "workloads": workloads,
-        "hardware": hardware(device),
-        "code_version": code_version(),  # the whole repository's last commit
-    }

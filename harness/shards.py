@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bandit.errors import InputError
+from bandit.logs.errors import InputError
 
 LOCK = "run.lock"
 MANIFEST_LOCK = "manifest.lock"

@@ -23,7 +23,7 @@ from .calibrate import live_phase, time_verify
 from .drafters import DrafterEnv, DrafterSpec, build_drafters
 from .engine import Engine, RunConfig
 from .lm import HarnessError
-from .rundir import hardware
+from .manifest import hardware
 from .target import Target
 
 

@@ -3,7 +3,7 @@
 No number in README.md, paper/draft.md or NEGATIVE_RESULTS.md is typed by hand: they are rendered here
 from the published campaign's derived outputs (`<run>/ci.json`, `breakeven.txt`, `core.txt`, `selector.txt`,
 `wallclock.json`, `coverage.json`; the campaign is named in `paper/campaign.txt`). The results open with the
-live verdicts' one table (bandit/verdicts.py renders it from ci.json: does choosing pay, measured?); the
+live verdicts' one table (bandit/live/verdicts.py renders it from ci.json: does choosing pay, measured?); the
 token proxies follow, each saying what it stands in for,
 with each number's label and CI (NEGATIVE_RESULTS.md from the template paper/negative_results.md, whose
 figures are {{ci:NAME}} / {{line:FILE:WORDS}} quotes).
@@ -26,9 +26,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the tables of bandit/verdicts.py and bandit/wallclock.py, one renderer each
+sys.path.insert(0, str(ROOT))  # the tables of bandit/live/verdicts.py and bandit/wallclock.py, one renderer each
 
-from bandit import outputs, verdicts, wallclock
+from bandit import wallclock
+from bandit.logs import outputs
+from bandit.live import verdicts
 
 BEGIN, END = "<!-- specbandit:generated:begin -->", "<!-- specbandit:generated:end -->"
 TEMPLATE = ROOT / "paper" / "template.md"
@@ -83,7 +85,7 @@ def load(runs: Path) -> tuple[dict[str, dict], list[dict]]:
 
 
 def primary_said(by: dict[str, dict]) -> str:
-    """Which drafter is the primary and by which rule (bandit/primary.py), as far as ci.json says: the fastest fixed
+    """Which drafter is the primary and by which rule (bandit/live/primary.py), as far as ci.json says: the fastest fixed
     drafter measured live where the live verdicts cover every drafter, else the token proxy."""
     drafters = {m[2] for n in by if (m := re.fullmatch(r"tokens_per_pass\[(.+)\]\[(.+)\]", n))}
     fixed = {e["config"][len("fixed:") :] for n, e in by.items() if n.startswith("live_tokens_per_s[fixed:")}
@@ -162,7 +164,7 @@ HEADLINE = [  # (what the number is; what it is a proxy for), its ci.json name, 
 
 
 def live_block(by: dict[str, dict], runs: Path) -> str:
-    """The results' opening: the live verdicts' one table, then every configuration's (bandit/verdicts.py)."""
+    """The results' opening: the live verdicts' one table, then every configuration's (bandit/live/verdicts.py)."""
     text = verdicts.report(by)
     if not text:
         why = (
@@ -182,7 +184,7 @@ def live_block(by: dict[str, dict], runs: Path) -> str:
     )
     return (
         text
-        + f"\n\nFrom `{rel(runs)}/ci.json` (`python bandit/ci.py`; `python bandit/verdicts.py` prints these tables), "
+        + f"\n\nFrom `{rel(runs)}/ci.json` (`python bandit/ci.py`; `python bandit/live/verdicts.py` prints these tables), "
         f"computed from `{src['path']}` (sha256 `{src['sha256'][:12]}`): {live['n_clusters']} prompts, "
         f"{live['n_resamples']} resamples, seed {live['seed']}.{gone}"
     )
@@ -481,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         ROOT / "NEGATIVE_RESULTS.md": negative_results(a.runs),
     }
     stale = [p for p, text in targets.items() if not p.exists() or p.read_text() != text]
-    if a.check:  # and every output of the campaign recorded as made by its documented command (bandit/outputs.py)
+    if a.check:  # and every output of the campaign recorded as made by its documented command (bandit/logs/outputs.py)
         bad = [f"{p.relative_to(ROOT)} (regenerate with `python paper/build.py`)" for p in stale]
         bad += outputs.check_commands(a.runs)
         done = f"match {rel(a.runs)}, each of its outputs made by its documented command"
@@ -493,6 +495,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bandit.errors import guarded
+    from bandit.logs.errors import guarded
 
     guarded(main)

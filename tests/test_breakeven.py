@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bandit import costmodel  # moved by the layering
+from bandit.stats import costmodel
 from bandit import breakeven as be
 
 
@@ -56,7 +56,7 @@ def test_general_speedup_matches_equal_rho_form_and_vectorises():
 
 
 def test_whatif_cli_json():
-    from bandit.cli import app
+    from specbandit_cli import app
 
     out = CliRunner().invoke(
         app,
@@ -106,8 +106,8 @@ def test_rho_alpha_from_manifest():
 
 
 def test_report_with_one_drafter_has_no_selector(tmp_path):
-    from bandit.logs import load_logs
-    from bandit.simulate import SimConfig, write_sim_run
+    from bandit.logs.reader import load_logs
+    from bandit.sim.simulate import SimConfig, write_sim_run
 
     write_sim_run(SimConfig(n_prompts=3, out_len=30), tmp_path / "sim")
     t = load_logs([tmp_path / "sim"])
@@ -139,8 +139,8 @@ def test_costs_charge_the_union_of_every_draft_verified():
 
 
 def test_report_from_logs_labels_and_cis(tmp_path):
-    from bandit.logs import load_logs
-    from bandit.simulate import SimConfig, write_sim_run
+    from bandit.logs.reader import load_logs
+    from bandit.sim.simulate import SimConfig, write_sim_run
 
     write_sim_run(SimConfig(n_prompts=6, out_len=48, shared=0.0), tmp_path / "sim")
     text = be.main([tmp_path / "sim"], out=tmp_path / "be.txt", n_resamples=200, n_refit=20)
@@ -155,7 +155,7 @@ def test_report_from_logs_labels_and_cis(tmp_path):
     assert set(r.selector) == {"selector_token_gain", "selector_redraft_rate", "selector_speedup"}
     assert all(b.label == ("MODEL" if k == "selector_speedup" else "SIM") for k, b in r.selector.items())
     # best-of-N gain against a direct computation on the primary's block set
-    from bandit import trajectory
+    from bandit.stats import trajectory
 
     tau = trajectory.block_tokens(t, trajectory.block_mask(t))
     pj = t.drafters.index(r.primary)
@@ -173,8 +173,8 @@ def test_report_from_logs_labels_and_cis(tmp_path):
 
 
 def test_engine_costs_replace_the_verification_and_name_the_engine():
-    from bandit.costmodel import engine_costs
-    from bandit.errors import InputError
+    from bandit.stats.costmodel import engine_costs
+    from bandit.logs.errors import InputError
 
     manifest = {
         "k": 3,

@@ -1,4 +1,4 @@
-"""The choice selector (bandit/choice.py) on planted tables: where the lookup's draft length says which drafter
+"""The choice selector (bandit/policies/choice.py) on planted tables: where the lookup's draft length says which drafter
 wins it must choose right and beat every fixed drafter in modelled tokens per ms; leave-one-workload-out
 routing must use the rule fitted without the held-out workload."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from bandit import choice
-from bandit.schema import Context, Timing
-from bandit.table import BlockTable
-from bandit.walk import live_walk
+from bandit.policies import choice
+from bandit.logs.schema import Context, Timing
+from bandit.logs.table import BlockTable
+from bandit.policies.walk import live_walk
 
 K = 8
 TIMING = Timing(

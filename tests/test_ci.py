@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from bandit import bootstrap, replay, selector_fit  # moved by the layering
+from bandit import replay, selector_fit
+from bandit.stats import bootstrap
 from bandit import ci
-from bandit.simulate import SimConfig, simulate_table, write_sim_run
+from bandit.sim.simulate import SimConfig, simulate_table, write_sim_run
 
 FIELDS = {
     "name",
@@ -188,7 +189,7 @@ def test_ci_json_fields_and_byte_identical(tmp_path):
 
 
 def test_block_unit_counts_blocks(table):
-    from bandit import trajectory
+    from bandit.stats import trajectory
 
     e = next(e for e in replay.table_stats(table, "block", 30, 0, "percentile") if e.name == "per_block_gap")
     n = trajectory.block_set(table).n_records

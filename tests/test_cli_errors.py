@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bandit.cli import app
-from bandit.simulate import SimConfig, write_sim_run
+from specbandit_cli import app
+from bandit.sim.simulate import SimConfig, write_sim_run
 from test_logs import BAD_FIELDS, _records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_bad_values_are_refused(args):
 
 
 def test_module_scripts_use_the_same_boundary(bad):
-    for module in ("ci", "replay", "selector", "logs"):
+    for module in ("ci", "replay", "selector", "logs/reader"):
         p = subprocess.run(
             [sys.executable, f"bandit/{module}.py", str(bad["field_" + BAD_FIELDS[0][0].replace(" ", "_")])],
             cwd=ROOT,
@@ -113,7 +113,7 @@ def test_module_scripts_use_the_same_boundary(bad):
             p.stderr,
         )
         assert ":4: " in p.stderr, (module, p.stderr)  # names the file and line
-    for module in ("breakeven", "core", "logs", "ci"):
+    for module in ("breakeven", "core", "logs/reader", "ci"):
         p = subprocess.run(
             [sys.executable, f"bandit/{module}.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
         )

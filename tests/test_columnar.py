@@ -1,7 +1,7 @@
 """Every way of reading a log gives the exact path's table, array for array, or its error, word for word.
 
-Four routes to one table: pyarrow's JSON reader (bandit/columnar.py), the exact path alone
-(bandit/records.py: pyarrow's reader switched off), the Parquet cache (a second load reads the copy
+Four routes to one table: pyarrow's JSON reader (bandit/logs/columnar.py), the exact path alone
+(bandit/logs/records.py: pyarrow's reader switched off), the Parquet cache (a second load reads the copy
 the first one wrote) and a packed Parquet directory (`pack`, then `load_logs` of it). Each table must
 equal the exact path's in dtype, shape and bytes (NaN where absent and float rounding included); each
 bad input must give the exact path's `PATH:LINE: FIELD: problem` whichever reader saw it first.
@@ -18,11 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import bandit.logs as logs
-from bandit import columnar, logcache, records
-from bandit.logs import LogError, load_logs, pack
-from bandit.simulate import SimConfig, simulate, write_sim_run
-from bandit.table import ROW_FIELDS
+import bandit.logs.reader as logs
+from bandit.logs import columnar
+from bandit.logs import logcache
+from bandit.logs import records
+from bandit.logs.reader import LogError, load_logs, pack
+from bandit.sim.simulate import SimConfig, simulate, write_sim_run
+from bandit.logs.table import ROW_FIELDS
 from test_logs import BAD_FIELDS, GOOD, _records, _write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -392,20 +394,21 @@ def test_requested_drafter_missing_same_error(tmp_path, routes):
 
 # ---------------------------------------------------------------- the loader's modules
 
-LOADER = ("table", "records", "columnar", "logcache", "logs")
+LOADER = ("table", "records", "columnar", "logcache", "reader")
 
 
 @pytest.mark.parametrize("name", LOADER)
 def test_loader_modules_are_short_and_layered(name):
-    """Under 500 lines; imports only from lower layers (schema/errors <- table <- records <- columnar <- logs),
+    """Under 500 lines; imports only from lower layers (schema/errors <- table <- records <- columnar <- reader),
     at the top, never a private name; no `except Exception`, no orjson."""
-    src = (ROOT / "bandit" / f"{name}.py").read_text()
+    src = (ROOT / "bandit" / "logs" / f"{name}.py").read_text()
     assert len(src.splitlines()) <= 500
     tree = ast.parse(src)
     lower = {"schema", "errors", "observed", "safeio"} | set(LOADER[: LOADER.index(name)])  # observed: layer 0 too
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bandit"):
-            mod = node.module.split(".")[1] if "." in node.module else None
+            assert node.module.startswith("bandit.logs."), (name, node.module)  # the logs layer only
+            mod = node.module.split(".")[2]
             assert mod in lower, (name, node.module)
             assert not any(a.name.startswith("_") for a in node.names), (name, node.module)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -7,11 +7,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bandit import evaluate, multiseq, falsify, logs, trajectory  # moved by the layering
+from bandit.sim import evaluate
+from bandit.sim import multiseq
+from bandit.sim import falsify
+from bandit.logs import reader as logs
+from bandit.stats import trajectory
 from bandit import core, replay
-from bandit.cli import app
-from bandit.policies import EXP3, UCB1, Fixed, Hedge, HedgeCtx, LinUCB, ThompsonCtx, make_policies
-from bandit.simulate import SimConfig, simulate_table, true_mean_accepted, true_tokens_per_pass, write_sim_run
+from specbandit_cli import app
+from bandit.policies.registry import EXP3, UCB1, Fixed, Hedge, HedgeCtx, LinUCB, ThompsonCtx, make_policies
+from bandit.sim.simulate import SimConfig, simulate_table, true_mean_accepted, true_tokens_per_pass, write_sim_run
 
 SMALL = dict(n_prompts=40, out_len=120, dense=False, seed=4, workload_shift=(0.0, 0.0, 0.0, 0.0))
 NO_FLIPS = SimConfig(drafter_accept=(0.75, 0.80, 0.65, 0.50), **SMALL)
@@ -126,7 +130,7 @@ def test_trajectory_mode_and_modelled_time():
     assert evaluate.trace_tokens(t, tr).sum() == t.n_records  # a trajectory produces every output token once
     assert tps.lo < tps.value < tps.hi
     # the interval is bandit.ci.bootstrap_ratio's of per-prompt tokens over per-prompt modelled ms
-    from bandit.bootstrap import bootstrap_ratio
+    from bandit.stats.bootstrap import bootstrap_ratio
 
     tot = r["best_fixed"].totals
     ref = bootstrap_ratio(1000 * tot[:, 0], tot[:, 3], evaluate.prompt_strata(t), 200, 0)
@@ -362,7 +366,7 @@ HAND = {
 
 
 def hand_table(spec=HAND, k=8):
-    from bandit.logs import BlockTable
+    from bandit.logs.reader import BlockTable
 
     acc = np.concatenate([np.stack([a, b], 1) for a, b in spec.values()]).astype(np.int32)
     lens = [len(a) for a, _ in spec.values()]

@@ -9,11 +9,18 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from bandit import bootstrap, replay, schema  # moved by the layering
-from bandit import ci, trajectory
-from bandit.simulate import SimConfig, simulate_table, write_sim_run
+from bandit import replay
+from bandit.stats import bootstrap
+from bandit.logs import schema
+from bandit import ci
+from bandit.stats import trajectory
+from bandit.sim.simulate import SimConfig, simulate_table, write_sim_run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # bench/ is not installed: its modules import as bench.<name> from the root
+from bench import coverage_draws as cov_draws  # the draws, their intervals, the coverage rows
+from bench import coverage_sim as cov_sim  # the simulator fitted to a campaign
+
 _spec = importlib.util.spec_from_file_location("bench_coverage", ROOT / "bench" / "coverage.py")
 cov = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = cov  # dataclasses look their module up there
@@ -30,11 +37,11 @@ def table():
 @pytest.mark.parametrize("k,n", [(0, 10), (1, 10), (5, 10), (10, 10), (19, 20), (96, 100), (285, 300), (126, 300)])
 def test_wilson_equals_scipy(k, n):
     ref = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    assert cov.wilson(k, n) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    assert cov_draws.wilson(k, n) == pytest.approx((ref.low, ref.high), abs=1e-12)
 
 
 def test_subsample_draws_without_replacement_and_truth_is_the_full_tables_value(table):
-    sub = cov.subsample(table, 3, seed=11)
+    sub = cov_draws.subsample(table, 3, seed=11)
     starts, _ = trajectory.prompt_rows(sub)
     assert np.bincount(sub.workload[starts], minlength=len(table.workloads)).tolist() == [3] * len(table.workloads)
     assert len(set(sub.prompt_ids)) == sub.n_prompts and set(sub.prompt_ids) <= set(table.prompt_ids)
@@ -42,14 +49,14 @@ def test_subsample_draws_without_replacement_and_truth_is_the_full_tables_value(
         a = sub.accepted[sub.prompt == sub.prompt_ids.index(pid)]
         assert np.array_equal(a, table.accepted[table.prompt == table.prompt_ids.index(pid)])
     assert sub.dense
-    assert not np.array_equal(cov.subsample(table, 3, seed=12).prompt_ids, sub.prompt_ids)
+    assert not np.array_equal(cov_draws.subsample(table, 3, seed=12).prompt_ids, sub.prompt_ids)
     names = [
         "per_block_gap",
         "workload_headroom",
         "trajectory_oracle_gain",
         f"mean_accepted[chat][{table.drafters[0]}]",
     ]
-    truth = cov.truth_of(table, names, bootstrap.UNITS, "percentile")
+    truth = cov_draws.truth_of(table, names, bootstrap.UNITS, "percentile")
     for unit in bootstrap.UNITS:
         full = {e.name: e.ci for e in replay.table_stats(table, unit, 50, 0, "percentile")}
         for n in names:
@@ -59,7 +66,7 @@ def test_subsample_draws_without_replacement_and_truth_is_the_full_tables_value(
                 assert n not in truth[unit]
     assert "trajectory_oracle_gain" not in truth["block"]
     with pytest.raises(ValueError):
-        cov.subsample(table, 8, seed=0)
+        cov_draws.subsample(table, 8, seed=0)
 
 
 def test_rows_count_coverage_and_misses():
@@ -70,7 +77,7 @@ def test_rows_count_coverage_and_misses():
         {"prompt": {"g": [np.nan, np.nan, np.nan]}},
         {"prompt": {}},
     ]
-    (r,) = cov.rows_of("subsample", "MEASURED", draws, {"prompt": {"g": 0.55}})
+    (r,) = cov_draws.rows_of("subsample", "MEASURED", draws, {"prompt": {"g": 0.55}})
     assert (r["draws"], r["coverage"], r["miss_below"], r["miss_above"], r["undefined"], r["absent"]) == (
         4,
         0.25,
@@ -79,7 +86,7 @@ def test_rows_count_coverage_and_misses():
         1,
         1,
     )
-    assert r["coverage_ci"] == [round(x, 4) for x in cov.wilson(1, 4)]
+    assert r["coverage_ci"] == [round(x, 4) for x in cov_draws.wilson(1, 4)]
     assert r["mean_width"] == pytest.approx(0.2)
 
 
@@ -120,16 +127,16 @@ def test_coverage_warnings_fire_on_under_covering_rows_only(tmp_path, table):
 
 
 def test_sim_table_is_dense_and_shaped(table):
-    fit = cov.fit_config(table, 4)
-    t = cov.sim_table(fit, 5, seed=3)
+    fit = cov_sim.fit_config(table, 4)
+    t = cov_sim.sim_table(fit, 5, seed=3)
     assert t.dense and t.n_prompts == 5 * len(table.workloads) and t.label == "SIM"
     _, lens = trajectory.prompt_rows(t)
     assert (t.accepted <= (lens[t.prompt] - 1 - t.pos)[:, None]).all()
     assert set(lens) <= set(np.concatenate(fit.lengths))
-    big = cov.sim_table(fit, 2 * cov.CHUNK + 3, seed=4)  # several generated chunks, one sorted campaign
-    assert big.dense and big.n_prompts == (2 * cov.CHUNK + 3) * len(table.workloads)
+    big = cov_sim.sim_table(fit, 2 * cov_sim.CHUNK + 3, seed=4)  # several generated chunks, one sorted campaign
+    assert big.dense and big.n_prompts == (2 * cov_sim.CHUNK + 3) * len(table.workloads)
     assert list(big.prompt_ids) == sorted(big.prompt_ids) and len(set(big.prompt_ids)) == big.n_prompts
-    assert np.array_equal(cov.sim_table(fit, 5, seed=3).accepted, t.accepted)
+    assert np.array_equal(cov_sim.sim_table(fit, 5, seed=3).accepted, t.accepted)
 
 
 def test_mini_study_end_to_end(tmp_path):
@@ -166,7 +173,7 @@ def test_mini_study_end_to_end(tmp_path):
     assert got["code_version"] == schema.code_version("bandit")
     assert got["settings"]["draws"] == 3 and got["settings"]["prompts_per_workload"] == 4
     rows = got["rows"]
-    assert {(r["study"], r["unit"]) for r in rows} == {(s, u) for s in cov.STUDIES for u in bootstrap.UNITS}
+    assert {(r["study"], r["unit"]) for r in rows} == {(s, u) for s in cov_draws.STUDIES for u in bootstrap.UNITS}
     for r in rows:
         assert ROW_FIELDS <= set(r)
         assert r["label"] == "SIM" and r["draws"] == 3

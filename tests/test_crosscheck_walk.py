@@ -1,4 +1,4 @@
-"""bench/vllm_walk.py (vLLM's walk and its end effect, modelled) and `import-vllm --outputs` (bandit/observed.py's
+"""bench/vllm_walk.py (vLLM's walk and its end effect, modelled) and `import-vllm --outputs` (bandit/logs/observed.py's
 end correction), on hand-worked and random streams; no vLLM needed (the vllm tier compares them with vLLM itself).
 
 Reference: vLLM's rule replayed along the output and the target's continuation past its end (`replay_vllm_rule`,
@@ -26,8 +26,8 @@ from bench.vllm_walk import (
     walk_dense,
 )
 
-from bandit.errors import InputError
-from bandit.observed import end_correction, import_vllm
+from bandit.logs.errors import InputError
+from bandit.logs.observed import end_correction, import_vllm
 
 RULE = {"k": 4, "n_min": 1, "n_max": 3}
 SETTINGS = {"method": "ngram", "k": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
@@ -186,7 +186,7 @@ def test_end_correction_refusals(tmp_path):
 
 
 def test_import_vllm_outputs_record_and_cli(tmp_path):
-    from bandit.cli import app
+    from specbandit_cli import app
 
     reqs, raw, within = _requests(5)
     metrics = tmp_path / "m.json"

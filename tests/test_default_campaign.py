@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from bandit import ci
-from bandit.logs import LogError, default_campaign, load_logs, output_path
-from bandit.simulate import SimConfig, write_sim_run
+from bandit.logs.reader import LogError, default_campaign, load_logs, output_path
+from bandit.sim.simulate import SimConfig, write_sim_run
 
 
 def _measured(d, created, complete=True):
@@ -109,7 +109,7 @@ def test_deep_nesting_is_a_located_error(tmp_path):
 
 
 def test_large_integers_survive_every_reader_exactly(tmp_path):
-    from bandit.logs import load_logs_reference
+    from bandit.logs.reader import load_logs_reference
 
     recs = [
         {
@@ -131,7 +131,7 @@ def test_large_integers_survive_every_reader_exactly(tmp_path):
 def test_the_published_campaign_is_the_default_and_latest_the_newest(root, monkeypatch):
     """With no paths, the run paper/campaign.txt names (issue 24): a newer complete run is read only when asked
     for with --latest (`latest=True`) or named; a campaign.txt naming no complete run falls back to the newest."""
-    from bandit import logs
+    from bandit.logs import reader as logs
 
     repo = root.parent
     (repo / "paper").mkdir()

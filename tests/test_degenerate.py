@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bandit import breakeven, ci, replay
-from bandit.logs import load_logs
-from bandit.simulate import SimConfig, write_sim_run
+from bandit.logs.reader import load_logs
+from bandit.sim.simulate import SimConfig, write_sim_run
 
 NAN = re.compile(r"\bnan\b|\+nan%", re.I)
 

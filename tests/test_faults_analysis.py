@@ -19,10 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from bandit import livelog, outputs
-from bandit.cli import app
-from bandit.logs import LogError, load_logs
-from bandit.simulate import SimConfig, write_sim_run
+from bandit.live import livelog
+from bandit.logs import outputs
+from specbandit_cli import app
+from bandit.logs.reader import LogError, load_logs
+from bandit.sim.simulate import SimConfig, write_sim_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ = settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
@@ -259,21 +260,25 @@ def test_simulate_options_are_bounded(tmp_path):
 
 
 def _modules_with_main() -> list[str]:
+    """bandit's modules with a `python bandit/<path>.py` entry, as paths below bandit/ without .py."""
     return sorted(
-        p.stem
-        for p in (ROOT / "bandit").glob("*.py")
-        if 'if __name__ == "__main__":' in p.read_text() and p.stem != "cli"
+        str(p.relative_to(ROOT / "bandit").with_suffix(""))
+        for p in (ROOT / "bandit").rglob("*.py")
+        if 'if __name__ == "__main__":' in p.read_text()
     )
 
 
 def test_every_module_main_goes_through_the_boundary():
-    """Every `python bandit/<module>.py` runs its command through bandit/errors.py (run, or logs.demo which does)."""
+    """Every `python bandit/<module>.py` runs its command through bandit/logs/errors.py (run, or logs.demo which does)."""
+    assert {"ci", "logs/reader", "policies/bandits", "sim/simulate"} <= set(_modules_with_main())
     for m in _modules_with_main():
         tail = (ROOT / "bandit" / f"{m}.py").read_text().split('if __name__ == "__main__":', 1)[1]
         assert "run(" in tail or "demo(" in tail, m
 
 
-@pytest.mark.parametrize("module", ["ci", "replay", "wallclock", "livelog", "verdicts", "trajectory", "choice"])
+@pytest.mark.parametrize(
+    "module", ["ci", "replay", "wallclock", "live/livelog", "live/verdicts", "stats/trajectory", "policies/choice"]
+)
 def test_module_scripts_say_one_line_for_a_missing_run(module):
     p = subprocess.run(
         [sys.executable, f"bandit/{module}.py", "no/such/run"], cwd=ROOT, capture_output=True, text=True, timeout=120

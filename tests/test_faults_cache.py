@@ -16,10 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bandit import columnar, logcache
-from bandit.columnar import write_parquet
-from bandit.logs import load_logs, validate_logs
-from bandit.simulate import SimConfig, write_sim_run
+from bandit.logs import columnar
+from bandit.logs import logcache
+from bandit.logs.columnar import write_parquet
+from bandit.logs.reader import load_logs, validate_logs
+from bandit.sim.simulate import SimConfig, write_sim_run
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ def test_validate_reads_the_log_itself(log, monkeypatch):
     _tamper(_copy(log))
     opened = []
     real = logcache.cached
-    monkeypatch.setattr("bandit.logs.cached", lambda *a: opened.append(a) or real(*a))
+    monkeypatch.setattr("bandit.logs.reader.cached", lambda *a: opened.append(a) or real(*a))
     t, errors = validate_logs([log])
     assert errors == [] and opened == []  # never asked the cache
     assert not (t.accepted == t.draft_len).all()

@@ -8,10 +8,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from bandit.cli import app
-from bandit.errors import InputError
-from bandit.logs import load_logs
-from bandit.simulate import SimConfig, write_sim_run
+from specbandit_cli import app
+from bandit.logs.errors import InputError
+from bandit.logs.reader import load_logs
+from bandit.sim.simulate import SimConfig, write_sim_run
 from harness.shards import CampaignError, parse_shard
 
 

@@ -7,7 +7,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from bandit import ci
-from bandit.simulate import SimConfig, write_sim_run
+from bandit.sim.simulate import SimConfig, write_sim_run
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bandit.errors import InputError
-from bandit.logs import load_logs
-from bandit.observed import COUNTERS, MAX_POS, PER_POS, read_vllm_metrics
+from bandit.logs.errors import InputError
+from bandit.logs.reader import load_logs
+from bandit.logs.observed import COUNTERS, MAX_POS, PER_POS, read_vllm_metrics
 
 SETTINGS = settings(
     max_examples=150, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -9,8 +9,8 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from bandit.cli import app
-from bandit.observed import OBSERVED_NAME
+from specbandit_cli import app
+from bandit.logs.observed import OBSERVED_NAME
 
 GOOD = {
     "num_drafts": 10,

@@ -1,4 +1,4 @@
-"""Fault cases of the report writers (issue 24): every file through bandit/safeio.py, never through a symlink, a
+"""Fault cases of the report writers (issue 24): every file through bandit/logs/safeio.py, never through a symlink, a
 read-only run directory still prints its report, a non-UTF-8 run directory works, options not at their defaults
 never overwrite a run's default outputs, and each file records the command that remakes it byte for byte."""
 
@@ -16,9 +16,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bandit import breakeven, core, logs, outputs
-from bandit.cli import app
-from bandit.errors import boundary
+from bandit import breakeven, core
+from bandit.logs import reader as logs
+from bandit.logs import outputs
+from specbandit_cli import app
+from bandit.logs.errors import boundary
 from test_faults_analysis import invoke, live_run, one_line
 
 ROOT = Path(__file__).resolve().parents[1]

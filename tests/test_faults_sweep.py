@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import sweep
-from bandit import cli
+import specbandit_cli as cli
 from harness import worker
 from harness.drafters import parse_spec
 from harness.engine import RunConfig
 from harness.lm import HarnessError
-from harness.rundir import RunDir, run_json
+from harness.manifest import run_json
+from harness.rundir import RunDir
 from harness.tiny import make_pair, write_workload_file
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,9 +9,9 @@ import torch
 from typer.testing import CliRunner
 
 import sweep
-from bandit.livepolicies import LIVE_POLICIES
-from bandit.logs import load_logs
-from harness import livephase
+from bandit.policies.livepolicies import LIVE_POLICIES
+from bandit.logs.reader import load_logs
+from harness import campaign, livephase
 from harness.tiny import make_model, make_tokenizer, make_zoo, save_model, write_workload_file
 
 torch.set_num_threads(1)
@@ -178,7 +178,7 @@ def test_live_mode_run(zoo, tmp_path):
     assert m["mode"] == "live" and m["timing"]["drafter_ms"]["d"] > 0
     code, text = _cli(_base(zoo, tmp_path / "live2", "--mode", "live"))
     assert code == 1 and "one drafter" in text
-    # a policy from bandit/policies.py chooses among all drafters, one observed per block
+    # a policy from bandit/policies/registry.py chooses among all drafters, one observed per block
     out = tmp_path / "live3"
     code, text = _cli(_base(zoo, out, "--mode", "live", "--policy", "random:random_state=0"))
     assert code == 0, text
@@ -203,6 +203,7 @@ def test_embedded_default_runs_on_a_zoo(zoo, tmp_path, monkeypatch):
     for w in sweep.DEFAULT_WORKLOADS:
         write_workload_file(repo / "zoo/workloads" / f"{w}.jsonl", [(w, f"{w}1", f"{w}: abc abc abc")])
     monkeypatch.setattr(sweep, "REPO", repo)
+    monkeypatch.setattr(campaign, "REPO", repo)  # where the manifest records paths relative to
     monkeypatch.setattr(workloads, "ZOO_WORKLOADS", repo / "zoo/workloads")
     monkeypatch.setattr(sweep, "DEFAULT_LIVE_PROMPTS", 1)
     code, text = _cli(["--max-new-tokens", "12"])

@@ -16,7 +16,7 @@ import torch
 from typer.testing import CliRunner
 
 import sweep
-from harness import rundir
+from harness import preflight, rundir
 from harness.lm import HarnessError
 from harness.tiny import make_zoo, write_workload_file
 
@@ -418,4 +418,4 @@ def test_an_unfinished_run_is_not_complete_and_resume_finds_it(zoo, tmp_path):
     m.pop("complete")  # e.g. killed in the live phase, after the last dense prompt
     (runs / "a" / "manifest.json").write_text(json.dumps(m))
     keys = [(p.workload, p.prompt_id) for p in __import__("workloads").load(None, str(zoo["wl"]))]
-    assert rundir.find_resumable(runs, keys) == runs / "a"
+    assert preflight.find_resumable(runs, keys) == runs / "a"

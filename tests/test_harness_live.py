@@ -141,9 +141,9 @@ def test_sampled_output_is_drafter_invariant(zoo):
 
 
 def test_live_with_bandit_policies(zoo):
-    """The policies of bandit/policies.py run in the loop unchanged (their reset takes timing,
+    """The policies of bandit/policies/registry.py run in the loop unchanged (their reset takes timing,
     choose may return (drafter, cut length), ctx.draft_len is read)."""
-    policies = pytest.importorskip("bandit.policies")
+    policies = pytest.importorskip("bandit.policies.registry")
     if zoo["arch"] != "llama":
         pytest.skip("one family suffices")
     prompt = zoo["tok"](PROMPTS[3][2]).input_ids

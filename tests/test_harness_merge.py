@@ -14,7 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 import sweep
-from bandit.errors import boundary
+from bandit.logs.errors import boundary
 from harness import merge
 from harness.shards import CampaignError
 from harness.tiny import make_zoo, write_workload_file
@@ -43,7 +43,7 @@ def _run(z, out, **over):
 
 def _merge_cli(*args):
     app = typer.Typer()
-    app.command()(boundary(merge.merge))  # as bandit/cli.py registers it
+    app.command()(boundary(merge.merge))  # as specbandit_cli.py registers it
     res = CliRunner().invoke(app, [str(a) for a in args])
     return res.exit_code, (res.output or "") + (getattr(res, "stderr", "") or "")
 

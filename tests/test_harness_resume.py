@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sweep
-from bandit.logs import load_logs
+from bandit.logs.reader import load_logs
 from harness.lm import HarnessError
 from harness.tiny import make_zoo, write_workload_file
 

@@ -16,7 +16,7 @@ import torch
 from typer.testing import CliRunner
 
 import sweep
-from bandit.logs import iter_records, load_logs
+from bandit.logs.reader import iter_records, load_logs
 from harness import rundir, shards
 from harness.lm import HarnessError
 from harness.tiny import make_zoo, write_workload_file

@@ -14,8 +14,9 @@ import torch
 from typer.testing import CliRunner
 
 import sweep
-from bandit import livepolicies, schema
-from bandit.schema import BEST_OF_N, FIXED, LOOKUP_KINDS, PLAIN, POLICY
+from bandit.policies import livepolicies
+from bandit.logs import schema
+from bandit.logs.schema import BEST_OF_N, FIXED, LOOKUP_KINDS, PLAIN, POLICY
 from harness import livephase
 from harness.drafters import DrafterEnv, build_drafters, parse_spec
 from harness import lm

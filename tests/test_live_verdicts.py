@@ -1,9 +1,9 @@
-"""Live verdicts (bandit/verdicts.py), the new live configurations (plain, policy:<name>) in bandit/livelog.py and
+"""Live verdicts (bandit/live/verdicts.py), the new live configurations (plain, policy:<name>) in bandit/live/livelog.py and
 bandit/wallclock.py, and ci's headline: on a small simulated run with a planted live.jsonl, every
 live_tokens_per_s and live_speedup_* value, the fastest fixed drafter and choosing_pays recomputed here in
 plain Python from the live lines, and their intervals recomputed from the resampler's draws.
 
-bandit/livepolicies.py (another engineer's) is replaced by a stub inside these tests only."""
+bandit/policies/livepolicies.py (another engineer's) is replaced by a stub inside these tests only."""
 
 import dataclasses
 import json
@@ -13,11 +13,14 @@ import types
 import numpy as np
 import pytest
 
-import bandit
-from bandit import ci, livelog, resample, verdicts, wallclock
-from bandit.logs import LogError, load_logs
-from bandit.schema import Timing
-from bandit.simulate import SimConfig, write_sim_run
+import bandit.policies
+from bandit import ci, wallclock
+from bandit.live import livelog
+from bandit.stats import resample
+from bandit.live import verdicts
+from bandit.logs.reader import LogError, load_logs
+from bandit.logs.schema import Timing
+from bandit.sim.simulate import SimConfig, write_sim_run
 
 N_RES, SEED = 300, 7
 POLICY_TIMING = {
@@ -77,8 +80,8 @@ def stub_module(calls: list):
 def stub(monkeypatch):
     calls: list = []
     mod = stub_module(calls)
-    monkeypatch.setitem(sys.modules, "bandit.livepolicies", mod)
-    monkeypatch.setattr(bandit, "livepolicies", mod, raising=False)
+    monkeypatch.setitem(sys.modules, "bandit.policies.livepolicies", mod)
+    monkeypatch.setattr(bandit.policies, "livepolicies", mod, raising=False)
     return calls
 
 
@@ -425,7 +428,7 @@ def test_the_command_prints_the_table_and_refuses_a_stray_prompt_by_line(tmp_pat
     root = Path(__file__).resolve().parents[1]
     t, live = make_run(tmp_path / "r", [c for c in ALL if not c.startswith("policy:")])
     r = subprocess.run(
-        [sys.executable, "bandit/verdicts.py", str(tmp_path / "r")], cwd=root, capture_output=True, text=True
+        [sys.executable, "bandit/live/verdicts.py", str(tmp_path / "r")], cwd=root, capture_output=True, text=True
     )
     assert r.returncode == 0 and r.stdout.startswith("Does choosing pay, measured?"), r.stderr
     assert "| pooled | " in r.stdout and "Speedup over plain decoding [MEASURED]:" in r.stdout
@@ -433,7 +436,7 @@ def test_the_command_prints_the_table_and_refuses_a_stray_prompt_by_line(tmp_pat
     live += [dict(r, prompt_id="nowhere") for r in live[:6]]  # one more prompt, every configuration, not in the log
     write_live(tmp_path / "r", live)
     r = subprocess.run(
-        [sys.executable, "bandit/verdicts.py", str(tmp_path / "r")], cwd=root, capture_output=True, text=True
+        [sys.executable, "bandit/live/verdicts.py", str(tmp_path / "r")], cwd=root, capture_output=True, text=True
     )
     assert r.returncode == 1 and f"live.jsonl:{n + 1}: prompt_id" in r.stderr and r.stderr.startswith("error: ")
 

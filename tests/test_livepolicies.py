@@ -1,4 +1,4 @@
-"""The live policies' replay (bandit/livepolicies.py, bandit/walk.py's live mode) against a brute-force walk written
+"""The live policies' replay (bandit/policies/livepolicies.py, bandit/policies/walk.py's live mode) against a brute-force walk written
 here from the contract's rules, the censored feedback by hand, and spec-select's learned step times."""
 
 import math
@@ -7,14 +7,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bandit import livelog, livepolicies
-from bandit.bandits import Fixed
-from bandit.published import HedgeQuery, ThompsonCtx
-from bandit.schema import Context, Timing
-from bandit.simulate import SimConfig, simulate_table
-from bandit.specselect import SpecSelect
-from bandit.table import BlockTable
-from bandit.walk import live_walk, lookups_drafted, run_timing, walk
+from bandit.live import livelog
+from bandit.policies import livepolicies
+from bandit.policies.bandits import Fixed
+from bandit.policies.published import HedgeQuery, ThompsonCtx
+from bandit.logs.schema import Context, Timing
+from bandit.sim.simulate import SimConfig, simulate_table
+from bandit.policies.specselect import SpecSelect
+from bandit.logs.table import BlockTable
+from bandit.policies.walk import live_walk, lookups_drafted, run_timing, walk
 
 K, N_OUT = 8, 40  # every simulated prompt runs to the budget: max_new_tokens = N_OUT
 
@@ -290,7 +291,7 @@ def test_spec_select_learns_step_times_and_chooses_by_them():
 
 
 def SpecSelectTables(p):
-    from bandit.specselect import SpecTables
+    from bandit.policies.specselect import SpecTables
 
     w = 1000.0
     return SpecTables([[x * w for x in r] for r in p], [[w] * len(r) for r in p], [1.0] * len(p))

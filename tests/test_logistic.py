@@ -1,4 +1,4 @@
-"""bandit/logistic.py against the scikit-learn pipeline it replaces.
+"""bandit/stats/logistic.py against the scikit-learn pipeline it replaces.
 
 Every reference is a real StandardScaler + LogisticRegression(solver="newton-cholesky") fit on the
 same weighted data, run to tol=1e-12 so that the comparison measures our optimum, not where
@@ -15,7 +15,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
-from bandit.logistic import LogisticBatch, fit_batched, fit_one
+from bandit.stats.logistic import LogisticBatch, fit_batched, fit_one
 
 ATOL = 1e-6
 

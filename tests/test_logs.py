@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import bandit.logs as logs
-from bandit import records
-from bandit.logs import LogError, load_logs, load_logs_reference, validate_logs
-from bandit.table import ROW_FIELDS
-from bandit.simulate import SimConfig, write_sim_run
+import bandit.logs.reader as logs
+from bandit.logs import records
+from bandit.logs.reader import LogError, load_logs, load_logs_reference, validate_logs
+from bandit.logs.table import ROW_FIELDS
+from bandit.sim.simulate import SimConfig, write_sim_run
 
 DATA = Path(__file__).parent / "data"
 GOOD = {
@@ -280,7 +280,7 @@ def test_refuses_to_pool_sim_with_measured(tmp_path):
 
 def test_cli_validate_exit_codes(tmp_path):
     from typer.testing import CliRunner
-    from bandit.cli import app
+    from specbandit_cli import app
 
     recs = _records(9)
     good = _write(tmp_path, recs, "blocks_good.jsonl")
@@ -295,7 +295,7 @@ def test_cli_validate_exit_codes(tmp_path):
 def test_cli_validate_checks_each_campaign_separately(tmp_path):
     """A runs/ folder with a simulated and a measured campaign is valid: one summary each, no pooling."""
     from typer.testing import CliRunner
-    from bandit.cli import app
+    from specbandit_cli import app
 
     write_sim_run(SimConfig(n_prompts=2, out_len=20, seed=1), tmp_path / "sim")
     m = tmp_path / "measured"

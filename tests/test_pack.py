@@ -13,11 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import bandit.logs as logs
-from bandit import columnar, logcache, safeio
-from bandit.logs import LogError, expand_paths, load_logs, pack
-from bandit.simulate import SimConfig, write_sim_run
-from bandit.table import ROW_FIELDS
+import bandit.logs.reader as logs
+from bandit.logs import columnar
+from bandit.logs import logcache
+from bandit.logs import safeio
+from bandit.logs.reader import LogError, expand_paths, load_logs, pack
+from bandit.sim.simulate import SimConfig, write_sim_run
+from bandit.logs.table import ROW_FIELDS
 from test_logs import _records, _write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,7 +288,7 @@ def test_parquet_drafters_must_agree_with_the_load(run, tmp_path):
 def test_loading_parquet_imports_no_pandas(run, tmp_path):
     pack([run], out=tmp_path / "p")
     code = (
-        "import sys; from bandit.logs import load_logs; "
+        "import sys; from bandit.logs.reader import load_logs; "
         f"t = load_logs([{str(tmp_path / 'p')!r}]); u = load_logs([{str(run)!r}]); "
         "print(t.n_records, u.n_records, 'pandas' in sys.modules)"
     )
@@ -396,7 +398,7 @@ def test_replay_json_and_ci_on_the_packed_parquet_equal_those_on_the_jsonl(tmp_p
     print and write the same numbers as on the JSON lines (ci.json differs only in the inputs it names)."""
     from typer.testing import CliRunner
 
-    from bandit.cli import app
+    from specbandit_cli import app
 
     log = write_sim_run(SimConfig(n_prompts=4, out_len=24, seed=9), tmp_path / "run")
     runner = CliRunner()

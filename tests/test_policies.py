@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from bandit.policies import (
+from bandit.policies.registry import (
     EXP3,
     EXP3Spec,
     SpecTables,
@@ -24,7 +24,7 @@ from bandit.policies import (
     ThompsonCtx,
     make_policies,
 )
-from bandit.schema import Context, Timing
+from bandit.logs.schema import Context, Timing
 
 
 def timing_of(d: dict) -> Timing:

@@ -1,5 +1,5 @@
-"""The primary by measured speed (bandit/primary.py) and the timing model as the verdicts' cost model
-(bandit/timingmodel.py): a planted case where measured speed and tokens per pass disagree, the primary
+"""The primary by measured speed (bandit/live/primary.py) and the timing model as the verdicts' cost model
+(bandit/live/timingmodel.py): a planted case where measured speed and tokens per pass disagree, the primary
 re-chosen per resample, prices against brute-force sums over walked blocks, the pooled frontier area
 invariant to a monotone rescaling of one fold's scores, and every report naming the rule."""
 
@@ -9,12 +9,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bandit import breakeven, primary, replay_stats, selector, selector_fit, trajectory
-from bandit.evaluate import evaluate
+from bandit import breakeven, replay_stats, selector, selector_fit
+from bandit.live import primary, timingmodel
+from bandit.stats import trajectory
+from bandit.sim.evaluate import evaluate
 from bandit.replay import summarize
-from bandit.simulate import SimConfig, simulate_table
-from bandit.table import BlockTable, is_dense
-from bandit.timingmodel import TimingModel
+from bandit.sim.simulate import SimConfig, simulate_table
+from bandit.logs.table import BlockTable, is_dense
+from bandit.live.timingmodel import TimingModel
 
 # ---------------------------------------------------------------- a planted campaign with a live phase
 
@@ -133,7 +135,7 @@ def test_the_primary_is_rechosen_in_every_resample(planted, monkeypatch):
     assert gap.tolist() == pytest.approx([2.0, 0.0])
     assert gap[1] == pytest.approx(sub_gap["per_block_gap"])  # = the table of w1's prompts alone
 
-    from bandit.bootstrap import Entry, Interval
+    from bandit.stats.bootstrap import Entry, Interval
 
     names = ("selector_token_gain", "selector_redraft_rate", "selector_speedup")
     fake = [Entry(n, Interval(1.0, 1.0, 1.0, "percentile", "prompt", 1, 0), 1, 1, "MODEL") for n in names]
@@ -181,7 +183,6 @@ def test_per_prompt_fields_follow_the_prompts_and_drafters(planted):
 
 
 def test_the_timing_model_is_wallclocks_fit_on_every_live_decode(planted):
-    from bandit import wallclock
 
     _, tl = planted
     m = tl.timing_model
@@ -203,7 +204,7 @@ def test_the_timing_model_is_wallclocks_fit_on_every_live_decode(planted):
             for d, pa in (("a", 6), ("b", 12))
         ]
     )
-    want = wallclock.fit(X, y, M)
+    want = timingmodel.fit(X, y, M)
     assert [m.prefill, m.prompt_token, m.pass_ms, m.token_ms] == pytest.approx(want[:4].tolist())
     assert m.call_ms == pytest.approx(want[4:].tolist())
     assert tl.prefill_ms == pytest.approx(m.prefill + m.prompt_token * (10 + np.arange(8)))
@@ -243,7 +244,7 @@ def test_selector_operating_point_prices_equal_a_sum_over_its_blocks(sim):
     res = selector_fit.nested(sim, np.ones((1, sim.n_prompts)), scores=("conf_min",))
     m = sim.timing_model
     cands = selector_fit.candidates(sim)
-    from bandit.schema import FEATURES
+    from bandit.logs.schema import FEATURES
 
     for g in range(len(sim.workloads)):
         rule = res.rules["conf_min"][g][0]

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bandit.logs import load_logs
-from bandit.table import BlockTable, is_dense
+from bandit.logs.reader import load_logs
+from bandit.logs.table import BlockTable, is_dense
 from bandit.replay import mean_table, summarize
-from bandit.schema import Context
-from bandit.trajectory import fixed_trajectory, trajectory_oracle
-from bandit.walk import FixedPolicy, block_replay, trajectory_replay
-from bandit.simulate import SimConfig, simulate_table, write_sim_run
+from bandit.logs.schema import Context
+from bandit.stats.trajectory import fixed_trajectory, trajectory_oracle
+from bandit.policies.walk import FixedPolicy, block_replay, trajectory_replay
+from bandit.sim.simulate import SimConfig, simulate_table, write_sim_run
 
 DATA = Path(__file__).parent / "data"
 
@@ -149,7 +149,7 @@ def _two_workloads() -> BlockTable:
 
 
 def test_positional_and_trajectory_statistics_disagree_by_construction():
-    from bandit import trajectory
+    from bandit.stats import trajectory
 
     t = _two_workloads()
     assert trajectory.primary(t) == 1
@@ -169,7 +169,7 @@ def test_positional_and_trajectory_statistics_disagree_by_construction():
 
 def test_block_marks_do_not_change_dense_numbers():
     """Marks equal to the primary's starts, other marks, or none: a dense log's numbers are the same."""
-    from bandit import trajectory
+    from bandit.stats import trajectory
 
     t = _two_workloads()
     starts = trajectory.fixed_starts(t)
@@ -180,7 +180,7 @@ def test_block_marks_do_not_change_dense_numbers():
 
 
 def test_sparse_log_of_the_primarys_starts_agrees_with_the_dense_log():
-    from bandit import trajectory
+    from bandit.stats import trajectory
 
     t = _two_workloads()
     b = trajectory.block_set(t)
@@ -261,7 +261,7 @@ def test_mean_table_independent_computation():
 def test_cli_replay_json_equals_independent_computation(tmp_path):
     """The JSON's numbers recomputed from the raw lines with plain Python (a dense simulated log)."""
     from typer.testing import CliRunner
-    from bandit.cli import app
+    from specbandit_cli import app
     import gzip
 
     path = write_sim_run(SimConfig(n_prompts=2, out_len=40, seed=12), tmp_path / "run")

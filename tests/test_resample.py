@@ -1,10 +1,11 @@
-"""The resampling engine (bandit/resample.py) against a word-by-word reading of its stream, and against scipy."""
+"""The resampling engine (bandit/stats/resample.py) against a word-by-word reading of its stream, and against scipy."""
 
 import numpy as np
 import pytest
 import scipy.stats
 
-from bandit import bootstrap, resample
+from bandit.stats import bootstrap
+from bandit.stats import resample
 
 PINNED = [
     [2, 0, 1, 2, 0, 1, 1],

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from bandit import bootstrap, selector_fit  # moved by the layering
-from bandit import selector, trajectory
-from bandit.costmodel import Costs
-from bandit.simulate import SimConfig, simulate_table
+from bandit import selector_fit
+from bandit.stats import bootstrap
+from bandit import selector
+from bandit.stats import trajectory
+from bandit.stats.costmodel import Costs
+from bandit.sim.simulate import SimConfig, simulate_table
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +168,7 @@ def test_scores_and_workloads_checked(table):
 
 
 def test_main_prints_intervals_and_writes_beside_the_run(tmp_path):
-    from bandit.simulate import write_sim_run
+    from bandit.sim.simulate import write_sim_run
 
     write_sim_run(SimConfig(n_prompts=4, out_len=40, seed=2), tmp_path / "sim")
     before = set(tmp_path.rglob("*"))

@@ -7,9 +7,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bandit.logs import load_logs
-from bandit.records import check_record
-from bandit.simulate import SimConfig, simulate, simulate_table, true_mean_accepted, true_tokens_per_pass, write_sim_run
+from bandit.logs.reader import load_logs
+from bandit.logs.records import check_record
+from bandit.sim.simulate import (
+    SimConfig,
+    simulate,
+    simulate_table,
+    true_mean_accepted,
+    true_tokens_per_pass,
+    write_sim_run,
+)
 
 
 def _by_prompt(t, cfg):
@@ -173,7 +180,7 @@ def test_true_tokens_per_pass_closed_form_and_against_simulation():
     cfg2 = replace(cfg, out_len=2)
     np.testing.assert_allclose(true_tokens_per_pass(cfg2)[0], 2 / (1 + (1 - p)), rtol=1e-12)
     # variable lengths and prompt effects: the campaign's tokens / passes of each fixed drafter (trajectory.py)
-    from bandit import trajectory
+    from bandit.stats import trajectory
 
     rng = np.random.default_rng(0)
     cfg = SimConfig(n_prompts=300, out_len=60, out_lens=tuple(rng.integers(1, 61, 1200).tolist()), seed=5)

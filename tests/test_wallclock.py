@@ -9,9 +9,11 @@ import pytest
 import torch
 
 import sweep
-from bandit import livelog, livepolicies, wallclock
-from bandit.livepolicies import LIVE_POLICIES
-from bandit.logs import LogError, load_logs
+from bandit import wallclock
+from bandit.live import livelog
+from bandit.policies import livepolicies
+from bandit.policies.livepolicies import LIVE_POLICIES
+from bandit.logs.reader import LogError, load_logs
 from harness import livephase
 from harness.tiny import make_zoo, write_workload_file
 

@@ -5,6 +5,9 @@ import hashlib
 import pytest
 
 from zoo import corpus as C
+from zoo.corpus_base import DEFAULT_SEED, DOMAINS
+from zoo.corpus_copy import copy_items
+from zoo.corpus_math import math_items
 
 
 def _digest(items):
@@ -16,28 +19,28 @@ def _digest(items):
 
 @pytest.fixture(scope="module")
 def items():
-    from zoo.train import corpus_items
+    from zoo.data import corpus_items
 
     return corpus_items()  # cached per process (the workloads test shares it)
 
 
 def test_generators_deterministic_for_seed():
-    a = C.math_items(7, 400)
-    assert a == C.math_items(7, 400)
-    assert a != C.math_items(8, 400)
+    a = math_items(7, 400)
+    assert a == math_items(7, 400)
+    assert a != math_items(8, 400)
     chunks = [("train", "x.py", 0, "def f(alpha, beta):\n" + "    gamma = alpha + beta\n" * 8)]
-    assert C.copy_items(7, 60, chunks) == C.copy_items(7, 60, chunks)
-    assert C.copy_items(7, 60, chunks) != C.copy_items(8, 60, chunks)
+    assert copy_items(7, 60, chunks) == copy_items(7, 60, chunks)
+    assert copy_items(7, 60, chunks) != copy_items(8, 60, chunks)
 
 
 def test_full_corpus_deterministic(items):
-    again = C.build_corpus(C.DEFAULT_SEED)
+    again = C.build_corpus(DEFAULT_SEED)
     assert _digest(items) == _digest(again)
 
 
 def test_every_domain_has_both_splits(items):
     g = C.by_domain_split(items)
-    for d in C.DOMAINS:
+    for d in DOMAINS:
         assert len(g.get((d, "train"), [])) > 100, d
         assert len(g.get((d, "test"), [])) >= 10, d
 
@@ -70,6 +73,6 @@ def test_training_stream_uses_train_split_only(items):
 def test_math_solutions_are_correct():
     import re
 
-    for it in C.math_items(3, 300)[0]:
+    for it in math_items(3, 300)[0]:
         for a, op, b, c in re.findall(r"(\d+) ([-+*]) (\d+) = \$?(\d+)", it.text):
             assert eval(f"{a}{op}{b}") == int(c), it.text

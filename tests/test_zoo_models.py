@@ -72,7 +72,7 @@ def test_heads_load_on_target(target):
 
 
 def test_tokenizer_round_trip_and_chat_template(tok):
-    from zoo.corpus import render_chat
+    from zoo.corpus_base import render_chat
 
     for s in [
         "def f(x):\n    return x ** 2  # square\n",
@@ -193,7 +193,7 @@ def test_copy_drills_repeat_a_corpus_span_to_the_end():
     copy on, token t equals token t - n, the span length; rows are deterministic per step."""
     import numpy as np
 
-    from zoo.train import DRILL_SPAN, copy_drills
+    from zoo.data import DRILL_SPAN, copy_drills
 
     corpus = np.random.default_rng(0).integers(5, 4000, size=50_000).astype(np.uint16)
     a = copy_drills(corpus, 16, 128, seed=3, step=7)

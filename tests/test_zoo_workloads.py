@@ -30,7 +30,8 @@ def test_workload_file_well_formed(w):
 
 
 def test_workloads_regenerate_identically_from_heldout_items():
-    from zoo.train import corpus_items, workload_records
+    from zoo.data import corpus_items
+    from zoo.prompts import workload_records
 
     recs = workload_records()
     test_uids = {it.uid for it in corpus_items() if it.split == "test"}
@@ -46,7 +47,8 @@ def test_prompts_end_at_a_token_boundary_of_their_items():
     from transformers import AutoTokenizer
 
     from zoo import TARGET_DIR
-    from zoo.train import corpus_items, token_boundary_prompt
+    from zoo.data import corpus_items
+    from zoo.prompts import token_boundary_prompt
 
     tok = AutoTokenizer.from_pretrained(str(TARGET_DIR), local_files_only=True)
     items = {it.uid: it for it in corpus_items() if it.split == "test"}

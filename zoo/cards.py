@@ -302,8 +302,8 @@ def acceptance(run) -> tuple[str, list[tuple[str, bool, str]]]:
 
     import numpy as np
 
-    from bandit import trajectory
-    from bandit.logs import load_logs
+    from bandit.stats import trajectory
+    from bandit.logs.reader import load_logs
 
     run = Path(run)
     man = json.loads((run / "manifest.json").read_text())
@@ -326,7 +326,7 @@ def acceptance(run) -> tuple[str, list[tuple[str, bool, str]]]:
     md = (
         f"[{man['label']}] `runs/{run.name}/` from `python sweep.py` (dense, greedy, k = {man['k']}, "
         f"{t.n_prompts:,} prompts over {', '.join(W)}, {t.n_records:,} positions), read by "
-        "`bandit.trajectory`: mean accepted draft tokens per block, each drafter at its own block "
+        "`bandit.stats.trajectory`: mean accepted draft tokens per block, each drafter at its own block "
         "starts along its own trajectory (bonus token excluded; Medusa drafts at most 4). Best per "
         "row in bold. Regenerate with "
         f"`python -m zoo.cards runs/{run.name}`.\n\n"

@@ -69,7 +69,7 @@ def record_copy_probe() -> tuple[dict, dict]:
 
     from harness import lm
     from .cards import refresh
-    from .train import heldout_tokens
+    from .data import heldout_tokens
 
     model = lm.load_lm(TARGET_DIR)
     held = np.concatenate([v for _, v in sorted(heldout_tokens().items())])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .corpus import CHAT_TEMPLATE, EOT, SPECIAL_TOKENS, END
+from .corpus_base import CHAT_TEMPLATE, EOT, SPECIAL_TOKENS, END
 
 VOCAB_SIZE = 4096
 

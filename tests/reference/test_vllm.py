@@ -71,7 +71,7 @@ def test_rule_equals_vllm_proposer(xc):
     """The reimplemented rule, and bandit's copy (import-vllm --outputs), equal vLLM's own numba proposer on random
     streams with many repeats."""
     prop = upstream("vllm.v1.spec_decode.ngram_proposer", "vllm")
-    from bandit.observed import _ngram_draft
+    from bandit.logs.observed import _ngram_draft
 
     rng = random.Random(0)
     for _ in range(300):
@@ -127,7 +127,7 @@ def test_import_vllm_outputs_gives_the_within_output_counts(crosscheck, tmp_path
     d = crosscheck["dir"]
     s = crosscheck["settings"]
     sets = ["method=ngram", f"k={s['k']}", f"prompt_lookup_min={s['n_min']}", f"prompt_lookup_max={s['n_max']}"]
-    cmd = [sys.executable, "-m", "bandit.cli", "import-vllm", str(d / "xc.json"), "--out", str(tmp_path / "obs")]
+    cmd = [sys.executable, "-m", "specbandit_cli", "import-vllm", str(d / "xc.json"), "--out", str(tmp_path / "obs")]
     cmd += ["--engine", crosscheck["engine"], "--outputs", str(d / "outputs.jsonl")]
     cmd += [a for x in sets for a in ("--set", x)]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -1,0 +1,208 @@
+"""What the collection harness and the analysis share: the block log's schema version, the draft
+features, which drafters are lookups, what a policy sees and is told, and the code version.
+
+The bottom layer of the project (docs/DESIGN.md, "Layout"): it imports no other module of
+`bandit` or `harness`, and both packages import it, so a feature or a lookup kind is defined here
+and nowhere else.
+
+    python bandit/logs/schema.py      # the schema constants and the features of an example draft
+"""
+
+from __future__ import annotations
+
+if __package__ in (None, ""):  # run as `python bandit/logs/schema.py`: import our `bandit`, not a namesake
+    import pathlib
+    import sys
+
+    sys.path[0] = str(pathlib.Path(__file__).resolve().parents[2])
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+
+SCHEMA_VERSION = 1  # the `v` of every block-log record this code writes and reads
+FEATURES = ("conf_mean", "conf_min", "conf_first", "ent_mean")  # per draft, docs/DESIGN.md "Draft features"
+# An empty draft (no proposal) has zero confidence and zero entropy: a selector then sees "no
+# confidence" for a drafter that had nothing to say, which is what it is.
+EMPTY_DRAFT_FEATURES = (0.0, 0.0, 0.0, 0.0)
+LABELS = ("MEASURED", "SIM", "UNLABELLED")  # a run's label (manifest `label`); UNLABELLED: no manifest
+# Drafter kinds whose draft costs next to nothing and is known before a policy chooses: the
+# harness's n-gram and suffix lookups (harness/drafters/lookup.py, suffix.py), decided by kind, never by name.
+LOOKUP_KINDS = ("ngram", "suffix")
+
+
+# ---------------------------------------------------------------- draft features
+
+
+def features(conf: np.ndarray, entropy: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """(n, 4) FEATURES of n drafts whose confidences and entropies lie end to end, `lengths` (n,) long.
+
+    The one implementation: the log readers call it on whole columns and the harness on one draft
+    (`draft_features`), so that a feature seen live equals the one replayed to the last bit.
+    """
+    conf, entropy = np.asarray(conf, np.float64), np.asarray(entropy, np.float64)
+    lengths = np.asarray(lengths, np.int64)
+    f = np.tile(np.asarray(EMPTY_DRAFT_FEATURES), (len(lengths), 1))
+    nz = lengths > 0
+    if nz.any():
+        start = (np.cumsum(lengths) - lengths)[nz]  # empty drafts add no values, so reduceat's segments are exact
+        f[nz, 0] = np.add.reduceat(conf, start) / lengths[nz]
+        f[nz, 1] = np.minimum.reduceat(conf, start)
+        f[nz, 2] = conf[start]
+        f[nz, 3] = np.add.reduceat(entropy, start) / lengths[nz]
+    return f
+
+
+def draft_features(conf: Sequence[float], entropy: Sequence[float]) -> tuple[float, float, float, float]:
+    """FEATURES of one draft (EMPTY_DRAFT_FEATURES when it is empty); `features` on a single row."""
+    row = features(np.asarray(conf, np.float64), np.asarray(entropy, np.float64), np.array([len(conf)]))[0]
+    return (float(row[0]), float(row[1]), float(row[2]), float(row[3]))
+
+
+def lookup_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
+    """The drafters of `drafters` that are lookups, by a run manifest's drafter entries (`entries`).
+
+    An entry's explicit `lookup` (true or false) decides; else a drafter is a lookup when its `kind`
+    or its name is one of LOOKUP_KINDS (exact words: a name that merely contains one is not).
+    """
+    out = []
+    for d in drafters:
+        e = (entries or {}).get(d) or {}
+        flag = e.get("lookup") if isinstance(e, Mapping) else None
+        if isinstance(flag, bool):
+            if flag:
+                out.append(d)
+            continue
+        kind = str(e.get("kind", "")).lower() if isinstance(e, Mapping) else ""
+        if kind in LOOKUP_KINDS or d.lower() in LOOKUP_KINDS:
+            out.append(d)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- live configurations (live.jsonl `config`)
+
+PLAIN = "plain"  # the target's own greedy loop, no drafter
+FIXED = "fixed:"  # + drafter name: that drafter alone
+BEST_OF_N = "best_of_n"  # every drafter drafts, one tree forward verifies all, the longest accepted advances
+POLICY = "policy:"  # + policy name (bandit/policies/livepolicies.py): the policy chooses the drafter per block
+
+
+# ---------------------------------------------------------------- what a policy sees and is told
+
+
+@dataclass
+class Context:
+    """What a policy may see BEFORE drafting at a block start (NaN = unknown), live and in replay alike."""
+
+    workload: int  # index into the workloads given to `Policy.reset` (-1: not among them)
+    prompt: int  # running prompt index
+    pos: int  # output position of the block's first token
+    prev_accepted: np.ndarray  # (D,) previous block's accepted per drafter; NaN if unobserved or the first block
+    prev_features: np.ndarray  # (D, 4) previous block's FEATURES per drafter; NaN if unobserved or the first block
+    draft_len: np.ndarray  # (D,) lookups: their actual draft length here; others: the length asked for
+    draft_features: np.ndarray | None = None  # (D, 4) lookups: FEATURES of their draft here (known before
+    # choosing); NaN for the other drafters. None: not given (a caller that predates it)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What a policy is told at reset: the draft length and the measured step costs of the run.
+
+    From a run manifest's `timing` (docs/manifest.md) by `Timing.from_manifest`; `Timing()` when a
+    run has none (then `measured` is False and a cost-aware policy falls back to its proxy).
+    """
+
+    k: int = 0  # maximum draft length; 0: unknown (a policy learns it from the first drafts)
+    lookup: tuple[str, ...] = ()  # drafters whose draft is known before choosing (LOOKUP_KINDS)
+    verify_tokens: tuple[float, ...] = ()  # verified tokens of the timed verification passes, ascending
+    verify_ms: tuple[float, ...] = ()  # ms of one verification pass of that many tokens
+    batch_drafts: tuple[float, ...] = ()  # drafts verified together in the timed union-verification passes
+    batch_ms: tuple[float, ...] = ()  # ms of one such pass
+    drafter_ms: Mapping[str, float] = field(default_factory=dict)  # drafter name -> ms of one draft call
+
+    @property
+    def measured(self) -> bool:
+        """Verification and drafter times were measured (a cost model can divide by them)."""
+        return bool(self.verify_ms) and bool(self.drafter_ms)
+
+    def verify(self, n_tokens) -> np.ndarray:
+        """ms of one verification pass of `n_tokens` (linear between the timed sizes, flat outside)."""
+        if not self.verify_ms:
+            raise ValueError("no verification timing in this run's manifest")
+        return np.interp(n_tokens, self.verify_tokens, self.verify_ms)
+
+    @staticmethod
+    def from_manifest(manifest: Mapping | None, drafters: Sequence[str], k: int = 0) -> "Timing":
+        """The Timing of a run: its manifest's `timing` and `k` (else `k` given), lookups by drafter kind."""
+        m = manifest or {}
+        tm = m.get("timing") or {}
+        v = tm.get("verify_ms") or {}
+        tok = np.asarray(v.get("tokens", ()), float)
+        ms = np.asarray(v.get("ms", ()), float)
+        o = np.argsort(tok, kind="stable")
+        return Timing(
+            k=int(m.get("k") or k),
+            lookup=lookup_drafters(drafters, m.get("drafters")),
+            verify_tokens=tuple(float(x) for x in tok[o]),
+            verify_ms=tuple(float(x) for x in ms[o]),
+            batch_drafts=tuple(float(x) for x in (tm.get("verify_batch_ms") or {}).get("drafts", ())),
+            batch_ms=tuple(float(x) for x in (tm.get("verify_batch_ms") or {}).get("ms", ())),
+            drafter_ms={str(d): float(x) for d, x in (tm.get("drafter_ms") or {}).items()},
+        )
+
+
+class Policy(Protocol):
+    """A drafter-choosing policy, as the replay (bandit/policies/walk.py) and the live engine run it."""
+
+    name: str
+    full_information: bool  # True: learns every drafter's acceptance; False: the chosen one's only
+
+    def reset(self, drafters: Sequence[str], workloads: Sequence[str], timing: Timing = ...) -> None: ...
+
+    def choose(self, ctx: Context) -> int | tuple[int, int]: ...  # drafter, or (drafter, cut L): accepts min(a, L)
+
+    def update(self, ctx: Context, chosen: int, accepted: np.ndarray, observed: np.ndarray) -> None: ...
+
+
+# ---------------------------------------------------------------- provenance
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def code_version(subdir: str | None = None) -> str:
+    """The package version + the last git commit touching `subdir` of the repository (all of it: None).
+
+    No dirty flag and no time, so that two runs of one commit agree. The harness stamps its runs
+    with the whole repository's commit; the analysis stamps its outputs with the last commit that
+    touched `bandit/`, so that committing derived outputs under runs/ does not change it.
+    """
+    from bandit import __version__
+
+    where = [str(REPO / subdir)] if subdir else []
+    try:
+        head = subprocess.run(
+            ["git", "log", "-1", "--format=%H", "--", *where], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        head = ""
+    return f"{__version__}+g{head[:12]}" if head else __version__
+
+
+def _describe() -> None:
+    """The schema version, the labels, the lookup kinds and one draft's features."""
+    conf, ent = [0.9, 0.5, 0.7], [0.2, 1.1, 0.6]
+    print(f"schema v{SCHEMA_VERSION}; labels {', '.join(LABELS)}; lookup kinds {', '.join(LOOKUP_KINDS)}")
+    print(
+        f"features of a draft with conf {conf}, entropy {ent}:",
+        ", ".join(f"{n} {x:.4f}" for n, x in zip(FEATURES, draft_features(conf, ent))),
+    )
+    print("analysis code version:", code_version("bandit"))
+
+
+if __name__ == "__main__":
+    from bandit.logs.errors import run
+
+    run(_describe)
