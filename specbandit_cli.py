@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 import sweep
-from harness import merge
+from harness import merge, outputs
 from bandit import __version__, breakeven, ci, core, replay, selector, wallclock
 from bandit.logs import reader as logs
 from bandit.logs import observed
@@ -41,7 +41,7 @@ def convert_checkpoint(
     config.json is copied to DST; nothing is overwritten. Then pass DST as the drafter's path=.
 
     A .gguf SRC (a quantized model file) is dequantized to a float32 safetensors model directory DST with its
-    tokenizer, chat template and conversion.json (harness/gguf.py; needs the [smollm2] extra). DST must not
+    tokenizer, chat template and conversion.json (harness/gguf.py; needs the smollm2 extra). DST must not
     exist, unless it is a complete conversion of the same file (then nothing is done). Then pass DST as --target.
     """
     if str(src).lower().endswith(".gguf"):
@@ -67,7 +67,8 @@ COMMANDS = (  # name, the function, and what it is for (the first line of its he
     ("policies", core.cli),  # every drafter-selection policy replayed
     ("simulate", simulate.cli),  # a simulated campaign [SIM]
     ("import-vllm", observed.import_vllm_cli),  # vLLM's spec-decode counters -> an observed-only record
-    ("convert-checkpoint", convert_checkpoint),  # pickled head weights -> safetensors (the one unpickling step)
+    ("convert-checkpoint", convert_checkpoint),  # pickled head weights or a GGUF -> safetensors, once
+    ("outputs", outputs.cli),  # a run's outputs.jsonl: rebuild it for a run from before it, or --check it
 )
 
 app = typer.Typer(

@@ -11,7 +11,8 @@ one schema-v1 JSON line per block goes to runs/<run>/ (see docs/DESIGN.md, docs/
     python sweep.py ... --ray [ADDRESS] [--workers N]   # on Ray: local, or auto / HOST:PORT
 
 Drafter kinds: ngram, suffix, draft (path=), medusa (path=), eagle (path=), eagle3 (path=: a
-speculators / EAGLE-3 / SpecForge directory), dflash (path=: z-lab's DFlash), cascade (of=a+b),
+speculators / EAGLE-3 / SpecForge directory), dflash (path=: z-lab's DFlash), layerskip (layers=L:
+the target's first L layers), cascade (of=a+b),
 or an installed plug-in (an entry point of group specbandit.drafters; never a module:attr): see
 harness/drafters/. Models are paths or names under --models / $MACH_MODELS /
 $SPECBANDIT_MODELS. Benchmark workloads for GPU hosts: see workloads.py.

@@ -111,13 +111,13 @@ def side(plain: tuple, spec: tuple, steps_plain: int, steps_spec: int, tokens: i
 class Harness:
     def __init__(self, args, prompts: list[list[int]]):
         self.prompts, self.n = prompts, args.max_new_tokens
-        self.model, self.tok = lm.load_lm(vc.TARGET), lm.load_tokenizer(vc.TARGET)
+        self.model, self.tok = lm.load_lm(args.target), lm.load_tokenizer(args.target)
         self.target = Target(self.model, self.tok)
-        self.drafters = build_drafters([parse_spec(NGRAM)], DrafterEnv(self.model, self.tok, vc.TARGET))
+        self.drafters = build_drafters([parse_spec(args.ngram)], DrafterEnv(self.model, self.tok, args.target))
         self.engine = Engine(self.target, self.drafters, RunConfig("live", args.k, args.max_new_tokens))
 
     def plain(self) -> list[list[int]]:
-        return [self.target.generate(p, self.n, 0)[0] for p in self.prompts]
+        return [self.target.generate(p, self.n, 0, feats=False)[0] for p in self.prompts]
 
     def live(self) -> list:
         return [self.engine.run_prompt("bench", str(i), p) for i, p in enumerate(self.prompts)]
@@ -300,8 +300,8 @@ def _fmt(x, spec):
 def print_report(out: dict) -> None:
     s = out["settings"]
     print(
-        f"bench_live: zoo target float32, {s['prompts']} prompts ({s['workloads']}: {s['limit']} each), greedy, "
-        f"k={s['k']}, <= {s['max_new_tokens']} new tokens, ngram (rule=vllm), one request at a time, "
+        f"bench_live: target {s['target']} float32, {s['prompts']} prompts ({s['workloads']}: {s['limit']} each), greedy, "
+        f"k={s['k']}, <= {s['max_new_tokens']} new tokens, {s['ngram']}, one request at a time, "
         f"torch threads {s['threads']}, median of {s['reps']} reps, load {s['load_before']} -> {s['load_after']}"
     )
     print(f"{'':40}{'plain ms/step':>14}{'spec ms/step':>13}{'steps plain':>12}{'steps spec':>11}"
@@ -340,6 +340,8 @@ def print_report(out: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", type=lambda x: x.split(","), default=["code", "copy"])
+    ap.add_argument("--ngram", default=NGRAM, help=f"the live loop's drafter spec (default {NGRAM}; --vllm needs it)")
+    ap.add_argument("--target", type=Path, default=vc.TARGET, help="a local target directory (default: the zoo's)")
     ap.add_argument("--limit", type=int, default=20, help="prompts per workload")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=128)
@@ -354,11 +356,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    items = vc.load_prompts(a.workloads, a.limit)
+    if a.vllm and (a.target != vc.TARGET or a.ngram != NGRAM):
+        ap.error("--vllm compares the default --ngram on the zoo target only (the tier's model, vLLM's rule)")
+    items = vc.load_prompts(a.workloads, a.limit, a.target)
     prompts = [ids for _, _, ids in items]
     load0 = os.getloadavg()[0]
     h = Harness(a, prompts)
-    out = {"settings": {"workloads": ",".join(a.workloads), "limit": a.limit, "prompts": len(prompts), "k": a.k,
+    out = {"settings": {"target": a.target.name, "ngram": a.ngram, "workloads": ",".join(a.workloads), "limit": a.limit, "prompts": len(prompts), "k": a.k,
                         "max_new_tokens": a.max_new_tokens, "reps": a.reps, "threads": torch.get_num_threads(),
                         "prompt_ids": [f"{w}:{p}" for w, p, _ in items]}}  # fmt: skip
     out["harness"] = h.run(a.reps)

@@ -20,13 +20,13 @@ TARGET = REPO / "zoo" / "target"
 ENGINE = "vllm 0.32.0 cpu"
 
 
-def load_prompts(workloads: list[str], limit: int) -> list[tuple[str, str, list[int]]]:
+def load_prompts(workloads: list[str], limit: int, target: Path = TARGET) -> list[tuple[str, str, list[int]]]:
     """(workload, prompt_id, token ids) tokenized as the harness does (workloads.PromptItem.token_ids)."""
     from transformers import AutoTokenizer
 
     import workloads as wl
 
-    tok = AutoTokenizer.from_pretrained(TARGET)
+    tok = AutoTokenizer.from_pretrained(target)
     return [(p.workload, p.prompt_id, p.token_ids(tok)) for p in wl.load(workloads, limit=limit)]
 
 

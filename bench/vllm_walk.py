@@ -29,16 +29,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from bandit.logs.schema import common_prefix
+
 Block = tuple[int, int, int]  # (output position, draft length, accepted)
-
-
-def common_prefix(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 # ------------------------------------------------------------------------------------------------ vLLM's rule

@@ -15,6 +15,9 @@ engine.py     dense / sparse / live decoding of one prompt into block records
 campaign.py   one campaign checked and set up (options, prompts, workers, run directory): sweep.py's run_sweep
 collect.py    running a set-up campaign: the prompts, calibration or the live phase, target check, shard ends
 rundir.py     crash-safe run directory: locks, appends, resume (cut back to the last finished prompt)
+gguf.py       GGUF model files -> safetensors model directories, once (python -m harness.gguf smollm2)
+outputs.py    outputs.jsonl: each finished prompt's prompt and output token ids and text; its check against the
+              logs; `python -m harness.outputs RUN` reconstructs it for a run from before it (torch-free at import)
 manifest.py   the manifest and settings.json: built, checked against a resumed or joined campaign
 preflight.py  run-directory checks before any model loads, lock holders, the run --resume continues
 shards.py     shards, run-directory parts, locks, campaign identity (torch-free)

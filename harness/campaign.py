@@ -102,12 +102,6 @@ def record_settings(
     }
 
 
-def _ids_sha(ids) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps([int(t) for t in ids]).encode()).hexdigest()[:16]
-
-
 def run_sweep(
     *,
     target,
@@ -155,6 +149,7 @@ def run_sweep(
     from harness import livephase
     from harness.engine import RunConfig
     from harness.manifest import make_manifest
+    from harness.outputs import Lines, prompt_sha
     from harness.preflight import find_resumable, preflight
     from harness.rundir import RunDir
     from harness.worker import Plan, Worker
@@ -230,7 +225,7 @@ def run_sweep(
         manifest = make_manifest(
             run_dir.name,
             mode,
-            {"name": tname, "path": shown, "sha256": lm.weights_sha256(target_dir)},
+            {"name": tname, "path": shown, "sha256": lm.weights_sha256(target_dir), **converted_from(target_dir)},
             dinfo,
             k,
             temperature,
@@ -258,12 +253,13 @@ def run_sweep(
             live_prompts=live_prompts,
             exact_verify=exact_verify,
         )
-        prompt_sha = {(wl, pid): _ids_sha(ids) for wl, pid, ids in prompts}
+        shas = {(wl, pid): prompt_sha(ids) for wl, pid, ids in prompts}
+        lines = Lines(tok, {(wl, pid): ids for wl, pid, ids in prompts})  # outputs.jsonl (harness/outputs.py)
         kept = livephase.stored_policy_timing(run_dir) if resume else None
         if kept is not None:  # measured once: a resumed live phase runs the same policies
             manifest["live"] = {"policy_timing": kept}
         n_shards = runner.shards_for(len(prompts)) if ray else None
-        rd = RunDir(run_dir, manifest, resume, settings=settings, prompt_sha=prompt_sha, shard=sh, n_shards=n_shards)
+        rd = RunDir(run_dir, manifest, resume, settings, shas, sh, n_shards, lines)
         try:
             return collect.run(rd, prompts, runner, cfg, calibrate, quiet, live_prompts, sh, live_pols)
         finally:
@@ -319,3 +315,12 @@ def _suffix_corpus(specs, out) -> None:
                 "corpus=run (every earlier output of the run)",
                 file=sys.stderr,
             )
+
+
+def converted_from(target_dir) -> dict:
+    """`converted_from`: the GGUF a target directory was converted from (harness/gguf.py's conversion.json: the
+    source file's sha256 and package, the converted weights' sha256), for the manifest; nothing for other targets."""
+    from harness import gguf
+
+    src = gguf.conversion_source(target_dir)
+    return {"converted_from": src} if src else {}

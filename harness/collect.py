@@ -1,6 +1,6 @@
 """Running a set-up campaign (harness/campaign.py): the prompts through the workers into the run directory, then
-the timing calibration or the live phase, the target check, and the manifest's completion; a shard's own end
-(its part finished, the campaign complete once every shard is). Torch-free at import."""
+the timing calibration or the live phase, the target check, the outputs' check, and the manifest's completion; a
+shard's own end (its part finished, the campaign complete once every shard is). Torch-free at import."""
 
 from __future__ import annotations
 
@@ -70,6 +70,7 @@ def run(rd, prompts, runner, cfg, calibrate, quiet, live_prompts=0, shard=None, 
             "(--exact-verify makes them agree)",
             file=sys.stderr,
         )
+    rd.manifest["outputs"] = outputs_check(rd)
     rd.manifest["complete"] = True  # every prompt (and the live phase) done: analyses read it as finished
     rd.write_manifest()
     _say_done(rd, n_blocks, say)
@@ -126,6 +127,8 @@ def _finish_shard(rd, prompts, runner, live_prompts, say):
     def update(m):
         missing = sum(1 for p in prompts if (p[0], p[1]) not in rd.done)
         m["target_check"] = target_check(rd, runner.info)
+        if not missing:  # the campaign's every prompt: its outputs checked once, by the last shard to finish
+            m["outputs"] = outputs_check(rd)
         if not missing and not live_prompts:
             m["complete"] = True
         return missing
@@ -158,3 +161,18 @@ def target_check(rd, info) -> dict:
     from harness import shards
 
     return shards.check_summary(rd.check_lines(), info["dtype"], info["exact"])
+
+
+def outputs_check(rd) -> dict:
+    """The manifest's `outputs`: every part's outputs file checked against its progress and block log
+    (harness/outputs.py `check`); a disagreement is a warning (the logs stand)."""
+    from harness import outputs
+
+    res = outputs.check(rd.dir)
+    if res["problems"]:
+        print(
+            f"warning: {rd.dir}: outputs.jsonl disagrees with the run's logs ({res['problems']} problems, first: "
+            f"{res['first'][0]}); check it with  python -m harness.outputs {rd.dir} --check",
+            file=sys.stderr,
+        )
+    return res

@@ -265,7 +265,7 @@ class Engine:
         cache, ids, y, c = lm.new_cache(), list(prompt), [], 0  # the cache covers ids[:c]
         t0 = now_ms(dev)
         if len(prompt) > 1:  # prefill, so that feature-reading drafters see the prompt's features
-            _, f = lm.forward(tgt.model, torch.tensor(prompt[:-1], device=dev), cache, taps=self.taps)
+            _, f = lm.forward(tgt.model, torch.tensor(prompt[:-1], device=dev), cache, taps=self.taps, last_logits=True)
             _put(fbuf, 0, f)
             c = len(prompt) - 1
         D = len(self.names)

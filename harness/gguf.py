@@ -136,6 +136,15 @@ def is_complete(dst: Path, sha256: str) -> bool:
     return weights_sha256(dst) == rec.get("weights_sha256")
 
 
+def conversion_source(path: str | Path) -> dict | None:
+    """What a model directory was converted from ({file, sha256, bytes, package, version} of conversion.json's
+    source, with its weights_sha256), or None for a directory this module did not make (for a run's manifest)."""
+    rec = read_conversion(Path(path))
+    if rec is None or not isinstance(rec.get("source"), dict):
+        return None
+    return {**rec["source"], "weights_sha256": rec.get("weights_sha256")}
+
+
 def _dependencies() -> None:
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:

@@ -168,7 +168,7 @@ class Plain:
     def run_prompt(self, wl, pid, ids, finish: bool = False) -> PromptResult:
         timings: dict = {}
         pkey = prompt_key(self.cfg.seed, wl, pid)
-        y, _, _ = self.target.generate(list(ids), self.cfg.max_new_tokens, pkey, timings=timings)
+        y, _, _ = self.target.generate(list(ids), self.cfg.max_new_tokens, pkey, timings=timings, feats=False)
         return PromptResult([], y, timings)
 
 

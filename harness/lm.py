@@ -382,6 +382,7 @@ def forward(
     hidden: bool = False,
     taps=None,
     causal: bool = False,
+    last_logits: bool = False,
 ):
     """Run `model` on ids (Q,) after the `cache` (extended in place). pos (Q,): position ids
     (default: after the cache). allow (Q, cache+Q) bool: which keys each query may see
@@ -393,7 +394,9 @@ def forward(
     in `taps`, else None. The forward runs under torch.inference_mode (no autograd bookkeeping per
     op): logits, feats and the cache's new tensors are inference tensors, read anywhere but
     written in place only in that mode (`move_span` does), and to be cloned before autograd
-    saves them."""
+    saves them. last_logits=True: logits of the last query only (1, V) where the model can skip the others
+    (`logits_to_keep`) and the "last" state is not tapped: a prefill whose logits nobody reads, as transformers'
+    generate prefills (the cache and every other tap are the same)."""
     kw = _CACHE_KW.get(type(model))
     if kw is None:
         kw = _CACHE_KW.setdefault(
@@ -406,6 +409,9 @@ def forward(
         raise ValueError("lm.forward: causal=True takes the default positions")
     args = dict(input_ids=ids[None], position_ids=pos[None], use_cache=True)
     args[kw] = cache
+    keys = set(taps or ()) | ({LAST} if hidden else set())
+    if last_logits and LAST not in keys and _keeps_logits(model):  # (the LAST tap is lm_head's input)
+        args["logits_to_keep"] = 1
     if allow is not None:
         dt = _dtype(model)
         mask = torch.zeros(allow.shape, dtype=dt, device=ids.device)
@@ -415,7 +421,6 @@ def forward(
     elif causal and q > 1:  # (one query after the cache sees every key: no mask)
         args["attention_mask"] = _causal_mask(_dtype(model), ids.device, n0, q)
         args["cache_position"] = pos
-    keys = set(taps or ()) | ({LAST} if hidden else set())
     gqa = q > 1 and ids.device.type == "cpu"  # a masked forward: grouped-query attention kept (`_gqa`)
     with torch.inference_mode(), tapped(model, keys) as got, _gqa(gqa):  # no autograd bookkeeping on any op
         out = model(**args)
@@ -423,6 +428,16 @@ def forward(
     if taps is not None:
         return logits, {k: got[k][0] for k in taps}
     return logits, (got[LAST][0] if hidden else None)
+
+
+_KEEP: dict = {}  # model class -> whether its forward takes logits_to_keep
+
+
+def _keeps_logits(model) -> bool:
+    keep = _KEEP.get(type(model))
+    if keep is None:
+        keep = _KEEP.setdefault(type(model), "logits_to_keep" in inspect.signature(model.forward).parameters)
+    return keep
 
 
 _DTYPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its parameters' dtype

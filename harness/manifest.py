@@ -19,7 +19,7 @@ from .shards import Shard
 
 SETTINGS = "settings.json"  # the record-changing settings not in the manifest (compared on --resume)
 # what a shard writer may change in the campaign's manifest (the rest is its creator's)
-SHARD_KEYS = ("shards", "n_prompts", "target_check", "complete")
+SHARD_KEYS = ("shards", "n_prompts", "target_check", "outputs", "complete")
 
 
 def hardware(device: str) -> dict:

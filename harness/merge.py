@@ -4,7 +4,9 @@ Inputs are run directories of the sweep (a whole run, one shard's directory, a c
 several shards' parts). They must be one campaign: the same manifest campaign fields (models by the sha256
 of their weights, not their paths), the same settings.json, the same shard count and prompt count; and no
 prompt may be finished in two of them. Each input part's finished prompts (those with a whole progress
-line) are copied into the part of the same name in DIR, byte for byte, in the order given; the manifest is
+line) are copied into the part of the same name in DIR, byte for byte, in the order given: their block records,
+progress, target check and outputs lines (harness/outputs.py; a part is given an outputs file when every input
+of it has every finished prompt's line, else none: `python -m harness.outputs DIR` makes it); the manifest is
 the first input's with the union of the workers' throughput, the parts, the target check recomputed over
 every prompt, and `complete` when every prompt of the campaign is there (and its live phase, if it has one,
 is: a live phase is carried over from the one input that has it, else it remains to be run by
@@ -26,7 +28,7 @@ import typer
 
 from bandit.logs.reader import load_logs
 
-from . import shards
+from . import outputs, shards
 from .shards import CampaignError
 
 LIVE_FILE = "live.jsonl"  # harness/livephase.py's
@@ -41,6 +43,7 @@ class Part:
     progress: list[dict]
     end: int
     checks: dict = field(default_factory=dict)  # (workload, prompt_id) -> its target check line
+    outputs: dict = field(default_factory=dict)  # (workload, prompt_id) -> its outputs line (harness/outputs.py)
 
 
 @dataclass
@@ -89,6 +92,8 @@ def merge(
         raise CampaignError(f"{out}: load_logs reads {table.n_records} records, the inputs hold {n_records}")
     state = "complete" if manifest.get("complete") else "not complete"
     typer.echo(f"merged {len(owner)} prompts ({n_records} records) of {len(sources)} run(s) into {out}: {state}")
+    if manifest["outputs"]["problems"]:
+        typer.echo(f"outputs: {manifest['outputs']['first'][0]}; make them with  python -m harness.outputs {out}")
     if not manifest.get("complete") and len(owner) == manifest.get("n_prompts"):
         typer.echo(f"the live phase remains: python sweep.py --resume --out {out} (the campaign's options)")
 
@@ -125,7 +130,10 @@ def read_part(d: Path, mode: str, tag: str) -> Part:
         except ValueError:
             break  # a truncated last line: that prompt is unfinished or re-run
         checks[(rec["workload"], rec["prompt_id"])] = raw
-    return Part(blocks, progress, end, checks)
+    lines = {}
+    for rec, raw in outputs.read_lines(d / names["outputs"]):
+        lines.setdefault((rec["workload"], rec["prompt_id"]), raw.decode())
+    return Part(blocks, progress, end, checks, lines)
 
 
 def check_one_campaign(sources: list[Source]) -> None:
@@ -186,7 +194,7 @@ def write_parts(out: Path, sources: list[Source]) -> int:
     n_records = 0
     for tag in tags:
         names = shards.part_files(mode, tag)
-        blocks, progress, checks, offset = out / names["blocks"], [], [], 0
+        blocks, progress, checks, lines, offset = out / names["blocks"], [], [], [], 0
         fd = shards.open_nofollow(blocks, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         with os.fdopen(fd, "wb") as dst:
             for s in sources:
@@ -199,12 +207,15 @@ def write_parts(out: Path, sources: list[Source]) -> int:
                     progress.append(json.dumps({**rec, "end": rec["end"] + offset}, separators=(",", ":")) + "\n")
                     key = (rec["workload"], rec["prompt_id"])
                     checks += [part.checks[key] + "\n"] if key in part.checks else []
+                    lines.append(part.outputs[key] + "\n" if key in part.outputs else None)
                     n_records += int(rec.get("n", 0))
                 offset += part.end
             dst.flush()
             os.fsync(dst.fileno())
         shards.atomic_write(out / names["progress"], "".join(progress))
         shards.atomic_write(out / names["check"], "".join(checks))
+        if None not in lines:  # a part without every finished prompt's line gets none (above)
+            shards.atomic_write(out / names["outputs"], "".join(lines))
     return n_records
 
 
@@ -240,6 +251,7 @@ def merged_manifest(out: Path, sources: list[Source], n_done: int) -> dict:
         shutil.copyfile(live[0].dir / LIVE_FILE, out / LIVE_FILE)
         m.update({k: live[0].manifest[k] for k in ("timing", "live") if k in live[0].manifest})
     m["target_check"] = target_check(out, sources)
+    m["outputs"] = outputs.check(out, mode=first["mode"])
     live_needed = int((sources[0].settings or {}).get("live_prompts", 0)) > 0
     if m.get("n_prompts") is not None:
         m["complete"] = n_done >= m["n_prompts"] and (not live_needed or bool(live))

@@ -31,7 +31,7 @@ _OWN_FILES = (
     "live_calibration.json",
     "live_calibration.json.tmp",
 )
-_OWN_PREFIXES = ("blocks_", "progress", "target_check", "shard-", "live")
+_OWN_PREFIXES = ("blocks_", "progress", "target_check", "shard-", "live", "outputs")
 
 
 @contextmanager

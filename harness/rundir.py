@@ -6,21 +6,25 @@ one campaign write side by side (harness/shards.py).
     runs/<run>/blocks_<mode>.jsonl  the block records, one prompt's records per append
     runs/<run>/progress.jsonl       one line per finished prompt: its byte offset in the
                                     blocks file and its output tokens
+    runs/<run>/outputs.jsonl        one line per finished prompt: its prompt and output token ids and the
+                                    output's text (harness/outputs.py), written before its progress line
     runs/<run>/settings.json        the record-changing settings the manifest lacks (max_new_tokens,
                                     dtype, generator, prompt sources, ...), compared on `--resume`
     runs/<run>/live.jsonl           the live phase: one line per configuration and sampled prompt
                                     (harness/livephase.py)
     runs/<run>/run.lock             held (flock) by the sweep writing the run; pid, host and start time inside
     runs/<run>/*-s<I>of<N>.*        shard I of N's part: blocks_<mode>-sIofN.jsonl, progress-sIofN.jsonl,
-                                    target_check-sIofN.jsonl, and shard-sIofN.lock while it runs
+                                    target_check-sIofN.jsonl, outputs-sIofN.jsonl, and shard-sIofN.lock while
+                                    it runs
 
 A prompt counts as finished only once its progress line is on disk, and that line is
 written after the prompt's records are flushed and fsync'd. `--resume` therefore cuts the
 blocks file back to the last finished prompt's offset (this repairs a truncated last line
-and drops a half-written prompt), skips finished prompts, and hands their outputs back to
-the drafters so that state carried across prompts (the suffix drafter's corpus=run) is what an
-uninterrupted run would have had. Each progress line also carries a hash of the prompt's
-tokens, so that a resume with other prompts under the same ids is refused.
+and drops a half-written prompt), cuts outputs.jsonl back to the finished prompts' lines,
+skips finished prompts, and hands their outputs back to the drafters so that state carried
+across prompts (the suffix drafter's corpus=run) is what an uninterrupted run would have had.
+Each progress line also carries a hash of the prompt's tokens, so that a resume with other
+prompts under the same ids is refused.
 
 Writers: one process writing the whole campaign (a plain sweep, or a Ray driver writing every shard's part)
 holds run.lock exclusively; a `--shard I/N` sweep shares run.lock with the other shards and holds its own
@@ -42,7 +46,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import shards
+from . import outputs, shards
 from .lm import HarnessError
 from .manifest import (
     SETTINGS,
@@ -115,6 +119,7 @@ class Part:
         self.tag = tag
         names = shards.part_files(mode, tag)
         self.blocks, self.progress, self.check = d / names["blocks"], d / names["progress"], d / names["check"]
+        self.outputs = d / names["outputs"]
 
     def has_records(self) -> bool:
         return any(p.exists() and p.stat().st_size > 0 for p in (self.progress, self.blocks))
@@ -126,7 +131,9 @@ class RunDir:
 
     `shard`: this process writes that shard's part only, beside the other shards' writers. `n_shards`: this
     process writes the whole campaign as that many shard parts (a Ray driver; a count the campaign already
-    records wins, see `self.shards`). Neither: the one-process part ("" : blocks_<mode>.jsonl, ...)."""
+    records wins, see `self.shards`). Neither: the one-process part ("" : blocks_<mode>.jsonl, ...). `lines`:
+    (workload, prompt_id, output) -> the prompt's outputs.jsonl line (harness/outputs.py's Lines; None: no
+    outputs are written)."""
 
     def __init__(
         self,
@@ -137,8 +144,10 @@ class RunDir:
         prompt_sha: dict | None = None,
         shard: Shard | None = None,
         n_shards: int | None = None,
+        lines=None,
     ):
         self.dir = Path(out)
+        self.lines = lines
         self.manifest = manifest
         self.settings = settings
         self.prompt_sha = prompt_sha or {}  # (workload, prompt_id) -> hash of its token ids
@@ -161,7 +170,7 @@ class RunDir:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise HarnessError(f"{self.dir}: cannot create the run directory: {e.strerror}") from None
-        check_symlinks(self.dir, *(f.name for f in (self.blocks, self.progress) if f))
+        check_symlinks(self.dir, *(f.name for f in (self.blocks, self.progress, self.part and self.part.outputs) if f))
         try:
             self._take_locks()
             self._open(resume)
@@ -237,7 +246,7 @@ class RunDir:
         if self.exclusive:  # the whole campaign's writer: the manifest afresh (complete, timing: once redone)
             self._write_manifest(fresh=True)
         else:  # one shard among others: the campaign's manifest stays, only no longer complete
-            self._write_manifest(drop=("complete",))
+            self._write_manifest(drop=("complete", "outputs"))
 
     def _start(self, resume: bool) -> None:
         found = [self._part(t) for t in shards.find_parts(self.dir)] + ([self.part] if self.part else [])
@@ -251,7 +260,7 @@ class RunDir:
         if resume:
             print(f"note: --resume {self.dir}: holds no run yet; starting it", file=sys.stderr)
         if self.part is not None:
-            for p in (self.part.blocks, self.part.progress):
+            for p in (self.part.blocks, self.part.progress, self.part.outputs):
                 _write_bytes(p, b"")
         if self.shards:
             self.manifest["shards"] = self.shards
@@ -274,8 +283,9 @@ class RunDir:
 
     def _recover(self, part: Part, cut: bool) -> None:
         """Read a part's finished prompts; `cut` (a part this process writes): also cut its blocks file back to
-        the last finished prompt and rewrite its progress file to exactly those lines."""
-        end, good = 0, b""
+        the last finished prompt, rewrite its progress file to exactly those lines, and cut its outputs file to
+        theirs (harness/outputs.py `cut_back`)."""
+        end, good, finished = 0, b"", []
         for rec, line in shards.read_progress(part.progress):
             key = (rec["workload"], rec["prompt_id"])
             sha = rec.get("sha")
@@ -292,6 +302,7 @@ class RunDir:
             self.done[key], self.where[key] = rec["output"], part.tag
             end = rec["end"]
             good += line + b"\n"
+            finished.append(rec)
         if not cut:
             return
         if part.progress.exists():
@@ -310,6 +321,9 @@ class RunDir:
             finally:
                 os.close(fd)
             print(f"resume: cut {size - end} bytes of unfinished records from {part.blocks}")
+        note = outputs.cut_back(part.outputs, finished, self.lines)  # its lines: the finished prompts', one each
+        if note:
+            print(note)
 
     # ---- the manifest ----
     def _write_manifest(self, fresh: bool = False, drop: tuple = ()) -> None:
@@ -410,6 +424,12 @@ class RunDir:
             fh.flush()
             os.fsync(fh.fileno())
             end = fh.tell()
+        text = self.lines(workload, prompt_id, output) if self.lines is not None else None
+        if text is not None:  # before the progress line: every finished prompt has its outputs line
+            with _open_append(part.outputs) as fh:
+                fh.write(text.encode())
+                fh.flush()
+                os.fsync(fh.fileno())
         rec = {"workload": workload, "prompt_id": prompt_id, "end": end, "n": len(records), "output": output}
         sha = self.prompt_sha.get((workload, prompt_id))
         if sha is not None:

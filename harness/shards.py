@@ -6,8 +6,8 @@ to chance, and a prompt added to a workload never moves another prompt to anothe
 
 The parts of a run directory: each writer appends to files of its own part,
 
-    part ""        blocks_<mode>.jsonl         progress.jsonl         target_check.jsonl   (one process)
-    part "s0of2"   blocks_<mode>-s0of2.jsonl   progress-s0of2.jsonl   target_check-s0of2.jsonl
+    part ""        blocks_<mode>.jsonl         progress.jsonl         target_check.jsonl         outputs.jsonl
+    part "s0of2"   blocks_<mode>-s0of2.jsonl   progress-s0of2.jsonl   target_check-s0of2.jsonl   outputs-s0of2.jsonl
 
 and the campaign's records are those of every part together (`load_logs` on the directory reads every
 `blocks_*` file). One manifest.json and one settings.json describe them all.
@@ -105,9 +105,14 @@ def parse_tag(tag: str) -> Shard | None:
 
 
 def part_files(mode: str, tag: str) -> dict[str, str]:
-    """The file names of one part: blocks, progress, target check."""
+    """The file names of one part: blocks, progress, target check, outputs (harness/outputs.py)."""
     sfx = f"-{tag}" if tag else ""
-    return {"blocks": f"blocks_{mode}{sfx}.jsonl", "progress": progress_name(tag), "check": f"target_check{sfx}.jsonl"}
+    return {
+        "blocks": f"blocks_{mode}{sfx}.jsonl",
+        "progress": progress_name(tag),
+        "check": f"target_check{sfx}.jsonl",
+        "outputs": f"outputs{sfx}.jsonl",
+    }
 
 
 def find_parts(d: Path) -> list[str]:

@@ -58,43 +58,50 @@ class Target:
         self.eos = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
 
     # ---------------------------------------------------------------- reference output
-    def _fwd(self, ids: list[int], cache, taps):
+    def _fwd(self, ids: list[int], cache, taps, last_logits: bool = False):
         """One plain causal forward; feats as `lm.forward` gives them for `taps` (None: "last" alone)."""
         t = torch.tensor(ids, device=self.device)
         if taps is None:
-            return lm.forward(self.model, t, cache, hidden=True)
-        return lm.forward(self.model, t, cache, taps=taps)
+            return lm.forward(self.model, t, cache, hidden=True, last_logits=last_logits)
+        return lm.forward(self.model, t, cache, taps=taps, last_logits=last_logits)
 
-    def generate(self, prompt: list[int], max_new: int, pkey: int, taps=None, timings: dict | None = None):
+    def _plain(self, ids: list[int], cache, last_logits: bool):
+        return lm.forward(self.model, torch.tensor(ids, device=self.device), cache, last_logits=last_logits)
+
+    def generate(
+        self, prompt: list[int], max_new: int, pkey: int, taps=None, timings: dict | None = None, feats: bool = True
+    ):
         """Token-by-token output y (stops after EOS) and the target features at positions
         0..len(prompt)+len(y)-2. Returns (y, feats, cache over those positions): feats is the
         "last" hidden state (N, H), or {key: (N, H)} for the keys in `taps`. `timings` (a dict, the
         live phase's `plain` configuration): gets the prefill's ms ("prefill_ms") and (1, 1, ms) per
-        one-token forward after it ("verify"), as the live engine times its forwards."""
+        one-token forward after it ("verify"), as the live engine times its forwards. feats=False (plain decoding,
+        where nothing reads them): no features (None), and the prefill computes no logits but its last."""
         cache = lm.new_cache()
         dev = self.device
         clock = (lambda: now_ms(dev)) if timings is not None else (lambda: 0.0)
         steps: list = []
-        feats, y = [], []
+        fwd = self._fwd if feats else (lambda ids, c, _taps, last_logits=False: self._plain(ids, c, last_logits))
+        feats_, y = [], []
         t0 = clock()
         if len(prompt) > 1:  # the live loop's prefill, so that both make the same forwards
-            feats.append(self._fwd(prompt[:-1], cache, taps)[1])
+            feats_.append(fwd(prompt[:-1], cache, taps, last_logits=True)[1])  # its logits unread
         t1 = clock()
         prefill_ms = t1 - t0
-        logits, f = self._fwd(prompt[-1:], cache, taps)
+        logits, f = fwd(prompt[-1:], cache, taps)
         steps.append((1, 1, clock() - t1))
-        feats.append(f)
+        feats_.append(f)
         for t in range(max_new):
             y.append(int(self._choose(logits[-1:], pkey, t)))
             if y[-1] in self.eos or t + 1 == max_new:
                 break
             t1 = clock()
-            logits, f = self._fwd([y[-1]], cache, taps)
+            logits, f = fwd([y[-1]], cache, taps)
             steps.append((1, 1, clock() - t1))
-            feats.append(f)
+            feats_.append(f)
         if timings is not None:
             timings.update(prefill_ms=prefill_ms, verify=steps, draft={})
-        return y, _cat(feats), cache
+        return y, (_cat(feats_) if feats else None), cache
 
     # -------------------------------------------------------------------- verification
     def verify(

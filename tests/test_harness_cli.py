@@ -152,7 +152,8 @@ def test_logs_validate_and_rerun_identically(zoo, tmp_path, mode):
         assert _strip_times(blocks) == _strip_times(runs[1] / blocks.name)
     m = json.loads((runs[0] / "manifest.json").read_text())
     assert list(m)[: len(MANIFEST_KEYS)] == MANIFEST_KEYS
-    assert set(m) <= set(MANIFEST_KEYS) | {"timing", "complete", "target_check", "n_prompts", "throughput"}
+    assert set(m) <= set(MANIFEST_KEYS) | {"timing", "complete", "target_check", "n_prompts", "throughput", "outputs"}
+    assert m["outputs"]["prompts"] == 4 and m["outputs"]["problems"] == 0  # outputs.jsonl agrees with the log
     assert m["complete"] is True and m["n_prompts"] == 4
     (w,) = m["throughput"]["workers"].values()  # one process: one worker, every prompt
     assert w["prompts"] == 4 and w["records"] == len(table.pos) and w["records_per_s"] > 0

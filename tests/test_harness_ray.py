@@ -51,6 +51,9 @@ def test_sweep_on_ray_with_two_workers_equals_one_process(zoo, tmp_path):
     assert len(workers) == 2 and sum(w["prompts"] for w in workers) == len(PROMPTS)
     assert all(w["records_per_s"] > 0 for w in workers)
     assert m["target_check"]["prompts_checked"] == len(PROMPTS) and not list(out.glob("*.lock"))
+    assert m["outputs"]["prompts"] == len(PROMPTS) and m["outputs"]["problems"] == 0  # every shard part's outputs
+    single = (zoo["single"] / "outputs.jsonl").read_text().splitlines()
+    assert sorted(x for f in out.glob("outputs-s*of8.jsonl") for x in f.read_text().splitlines()) == sorted(single)
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +84,7 @@ def test_a_worker_killed_mid_run_ends_in_a_complete_campaign(zoo, cluster, tmp_p
     assert_same_campaign(out, zoo["single"])
     m = json.loads((out / "manifest.json").read_text())
     assert m["complete"] is True and m["target_check"]["prompts_checked"] == len(PROMPTS)
+    assert m["outputs"]["prompts"] == len(PROMPTS) and m["outputs"]["problems"] == 0  # a re-run shard: one line each
     workers = m["throughput"]["workers"].values()
     assert sum(w.get("failures", 0) for w in workers) == 1 and sum(w["prompts"] for w in workers) == len(PROMPTS)
 

@@ -46,7 +46,7 @@ import typer
 
 from bandit.logs.errors import InputError, boundary
 from bandit.logs.safeio import write_text
-from bandit.logs.schema import SCHEMA_VERSION
+from bandit.logs.schema import SCHEMA_VERSION, common_prefix
 
 OBSERVED_NAME = "observed_vllm.json"
 PREFIX = "vllm:spec_decode_"
@@ -169,15 +169,6 @@ def _ngram_draft(ctx: np.ndarray, n_min: int, n_max: int, k: int) -> list[int]:
     return []
 
 
-def _prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _ids(where: str, v) -> list[int]:
     ok = isinstance(v, list) and len(v) <= MAX_TOKENS_PER_REQUEST
     if not ok or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in v):
@@ -249,7 +240,7 @@ def end_correction(m: dict, outputs: str | Path, fields: dict) -> tuple[dict, di
         mine, pos, n = [], 1, len(y)
         while pos < n:
             d = _ngram_draft(ctx[: len(p) + pos], n_min, n_max, k)
-            a, cap = _prefix(d, y[pos:]), M - 1 - pos
+            a, cap = common_prefix(d, y[pos:]), M - 1 - pos
             if min(len(d), cap) > 0:
                 within.append((min(len(d), cap), min(a, cap)))
             if d:

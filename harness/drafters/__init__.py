@@ -9,6 +9,7 @@ model.py        ModelDrafter (what every network drafter shares) and draft: an i
 heads.py        medusa and eagle: heads on the target's last state (the head models: harness/heads.py)
 eagle3.py       eagle3: EAGLE-3 on three target layers (the model: harness/eagle3.py)
 dflash.py       dflash: DFlash block diffusion on target layer outputs (the model: harness/dflash.py)
+layerskip.py    layerskip: self-speculative, the target's own first L layers, its final norm and lm_head
 cascade.py      cascade: a composition of drafters named before it
 
 A new kind is a module here and one line in registry.BUILTIN (registry.py's docstring says how).

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import torch
 
+from bandit.logs.schema import common_prefix as common_prefix  # the drafters share it (re-exported)
+
 from .. import lm
 from ..lm import HarnessError
 from ..sampling import stream_id
@@ -161,13 +163,3 @@ def count_entropy(counts) -> float:
     """The entropy (nats) of a distribution given by its counts."""
     n = sum(counts)
     return max(0.0, -sum(c / n * math.log(c / n) for c in counts if c))
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists (an accepted draft, a reusable cache)."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -39,6 +39,7 @@ BUILTIN = {  # kind -> "module:Class" (imported when a drafter of that kind is b
     "eagle3": "harness.drafters.eagle3:Eagle3Drafter",
     "dflash": "harness.drafters.dflash:DFlashDrafter",
     "cascade": "harness.drafters.cascade:CascadeDrafter",
+    "layerskip": "harness.drafters.layerskip:LayerSkipDrafter",
 }
 
 
