@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -54,16 +53,12 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def hardware() -> dict:
+    """The run manifest's hardware record (harness/manifest.py), with torch's full version and the core count."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from harness.manifest import hardware as run_hardware
+
+    cpu = run_hardware("cpu")["cpu"]
     return {"device": "cpu", "torch": torch.__version__, "cpu": cpu, "cores": os.cpu_count(), "gpu": None}
 
 

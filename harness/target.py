@@ -58,15 +58,15 @@ class Target:
         self.eos = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
 
     # ---------------------------------------------------------------- reference output
-    def _fwd(self, ids: list[int], cache, taps, last_logits: bool = False):
-        """One plain causal forward; feats as `lm.forward` gives them for `taps` (None: "last" alone)."""
+    def _fwd(self, ids: list[int], cache, taps, last_logits: bool = False, feats: bool = True):
+        """One plain causal forward; feats as `lm.forward` gives them for `taps` (None: "last" alone; feats=False:
+        none)."""
         t = torch.tensor(ids, device=self.device)
+        if not feats:
+            return lm.forward(self.model, t, cache, last_logits=last_logits)
         if taps is None:
             return lm.forward(self.model, t, cache, hidden=True, last_logits=last_logits)
         return lm.forward(self.model, t, cache, taps=taps, last_logits=last_logits)
-
-    def _plain(self, ids: list[int], cache, last_logits: bool):
-        return lm.forward(self.model, torch.tensor(ids, device=self.device), cache, last_logits=last_logits)
 
     def generate(
         self, prompt: list[int], max_new: int, pkey: int, taps=None, timings: dict | None = None, feats: bool = True
@@ -81,14 +81,13 @@ class Target:
         dev = self.device
         clock = (lambda: now_ms(dev)) if timings is not None else (lambda: 0.0)
         steps: list = []
-        fwd = self._fwd if feats else (lambda ids, c, _taps, last_logits=False: self._plain(ids, c, last_logits))
         feats_, y = [], []
         t0 = clock()
         if len(prompt) > 1:  # the live loop's prefill, so that both make the same forwards
-            feats_.append(fwd(prompt[:-1], cache, taps, last_logits=True)[1])  # its logits unread
+            feats_.append(self._fwd(prompt[:-1], cache, taps, last_logits=True, feats=feats)[1])  # its logits unread
         t1 = clock()
         prefill_ms = t1 - t0
-        logits, f = fwd(prompt[-1:], cache, taps)
+        logits, f = self._fwd(prompt[-1:], cache, taps, feats=feats)
         steps.append((1, 1, clock() - t1))
         feats_.append(f)
         for t in range(max_new):
@@ -96,7 +95,7 @@ class Target:
             if y[-1] in self.eos or t + 1 == max_new:
                 break
             t1 = clock()
-            logits, f = fwd([y[-1]], cache, taps)
+            logits, f = self._fwd([y[-1]], cache, taps, feats=feats)
             steps.append((1, 1, clock() - t1))
             feats_.append(f)
         if timings is not None:
