@@ -1,6 +1,7 @@
 """The vllm tier's venv installs what vLLM imports (tests/reference/vllm.sh): nothing may come from the base image's
 Python by accident. The venv sees this environment (--system-site-packages, for torch); what it may take from there
-is what the project declares (pyproject.toml: its dependencies and the harness, test and ray extras) and what those
+is what the project declares (pyproject.toml: its dependencies and the harness, test, ray and smollm2 extras,
+which .ci/run installs) and what those
 packages require, transitively. Everything else vLLM, its spec-decode methods and arctic-inference import must be in
 the venv: a subprocess imports them with every other base-image package blocked (as a plain venv would lack them).
 
@@ -24,7 +25,7 @@ from packaging.requirements import Requirement
 venv = os.path.realpath(sys.prefix)
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
 proj = tomllib.loads(open(sys.argv[1], "rb").read().decode())["project"]
-roots = list(proj["dependencies"]) + [r for x in ("harness", "test", "ray") for r in proj["optional-dependencies"][x]]
+roots = list(proj["dependencies"]) + [r for x in ("harness", "test", "ray", "smollm2") for r in proj["optional-dependencies"][x]]
 declared, stack = set(), [Requirement(r).name for r in roots]
 while stack:
     n = norm(stack.pop())
@@ -69,7 +70,7 @@ import vllm.v1.engine.core, vllm.v1.worker.cpu_model_runner
 import vllm.v1.spec_decode.ngram_proposer, vllm.v1.spec_decode.suffix_decoding, vllm.v1.spec_decode.eagle
 import vllm.v1.spec_decode.medusa, vllm.model_executor.models.llama_eagle3, vllm.model_executor.models.medusa
 import arctic_inference.suffix_decoding
-own = {m: os.path.realpath(sys.modules[m].__file__).startswith(venv) for m in ("requests", "urllib3", "cpuinfo")}
+own = {m: os.path.realpath(sys.modules[m].__file__).startswith(venv) for m in ("requests", "urllib3", "cpuinfo", "psutil")}
 print(json.dumps({"blocked": len(blocked), "own": own}))
 """
 
@@ -83,5 +84,10 @@ def test_vllm_imports_only_the_venv_and_the_declared_environment():
     import json
 
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert res["own"] == {"requests": True, "urllib3": True, "cpuinfo": True}  # never the base image's copies
+    assert res["own"] == {
+        "requests": True,
+        "urllib3": True,
+        "cpuinfo": True,
+        "psutil": True,
+    }  # never the base image's copies
     assert res["blocked"] > 0  # the base image does hold packages the project does not declare: the check bites

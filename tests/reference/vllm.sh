@@ -12,7 +12,8 @@
 # The venv sees this environment's packages (--system-site-packages, for torch), but whatever vLLM imports that the
 # project does not itself declare (pyproject.toml and what those packages require) is installed into the venv, with
 # --ignore-installed so that a copy on the base image does not satisfy it: requests and urllib3 (vLLM's own
-# requirement; the base image has them only by accident), py-cpuinfo (its CPU platform), requests' own
+# requirement; the base image has them only by accident), py-cpuinfo (its CPU platform), psutil (its CPU platform's
+# resource probe; the base image has one, which pip would otherwise take as satisfying it), requests' own
 # dependencies, and sniffio (openai's, which vLLM imports). tests/reference/test_vllm_env.py checks that nothing
 # else comes from outside the venv.
 #
@@ -35,7 +36,7 @@ if ! $PIP install --quiet cachetools psutil blake3 msgspec pyzmq cbor2 pybase64 
   cat "$log"
   exit 1
 fi
-if ! $PIP install --quiet --ignore-installed --no-deps "requests==2.34.2" "urllib3==2.7.0" "py-cpuinfo==9.0.0" \
+if ! $PIP install --quiet --ignore-installed --no-deps "requests==2.34.2" "urllib3==2.7.0" "py-cpuinfo==9.0.0" "psutil==7.2.2" \
   "certifi==2026.5.20" "idna==3.20" "charset-normalizer==3.4.7" "sniffio==1.3.1" >"$log" 2>&1; then
   cat "$log"
   exit 1
