@@ -6,406 +6,80 @@ from the published campaign's derived outputs (`<run>/ci.json`, `breakeven.txt`,
 live verdicts' one table (bandit/live/verdicts.py renders it from ci.json: does choosing pay, measured?); the
 token proxies follow, each saying what it stands in for,
 with each number's label and CI (NEGATIVE_RESULTS.md from the template paper/negative_results.md, whose
-figures are {{ci:NAME}} / {{line:FILE:WORDS}} quotes).
+figures are {{ci:NAME}} / {{line:FILE:WORDS}} quotes). The blocks are rendered by paper/sections.py.
+README's results then show, after the published campaign's section, a compact one (live verdicts, provenance,
+token proxies) for each further campaign `paper/shown.txt` names, one run directory a line (a line naming the
+published campaign is skipped; no file, none); every section's title names its campaign's target.
 `tests/test_generated_docs.py` fails when the committed text drifts from what this prints.
 
-    python paper/build.py            # rewrite paper/draft.md and README.md's generated block
-    python paper/build.py --check    # exit 1 if any is stale, or a campaign file was not made by its documented command
+    python paper/build.py            # rewrite paper/draft.md, NEGATIVE_RESULTS.md and README.md's generated block
+    python paper/build.py --check    # exit 1 if any is stale, or a campaign shown has a file not made by its documented command
     python paper/build.py --campaign runs/RUN --publish   # make another campaign the published one
 
-Only the published campaign feeds README and paper: `--campaign` naming another is refused without
-`--publish`, and outputs computed from logs outside the campaign are refused.
+Only the published campaign feeds the paper and NEGATIVE_RESULTS.md: `--campaign` naming another is refused
+without `--publish`, and outputs computed from logs outside the campaign are refused. A further campaign is
+documented by the commands with its path (`python bandit/ci.py runs/RUN`), as bandit/logs/outputs.py records them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the tables of bandit/live/verdicts.py and bandit/wallclock.py, one renderer each
+sys.path.insert(0, str(ROOT))  # bandit/ and paper/sections.py, imported from the repository root
 
-from bandit import wallclock
 from bandit.logs import outputs
-from bandit.live import verdicts
+from paper.sections import fmt_ci, fmt_label, fmt_value, load, published_section, rel, shown_section, verbatim
 
 BEGIN, END = "<!-- specbandit:generated:begin -->", "<!-- specbandit:generated:end -->"
 TEMPLATE = ROOT / "paper" / "template.md"
 CAMPAIGN_FILE = ROOT / "paper" / "campaign.txt"
-
-
-def rel(runs: Path) -> str:
-    """The campaign directory as the text names it (relative to the repository)."""
-    r = Path(runs).resolve()
-    return r.relative_to(ROOT).as_posix() if r.is_relative_to(ROOT) else str(runs)
+SHOWN_FILE = ROOT / "paper" / "shown.txt"
+NEG_TEMPLATE = ROOT / "paper" / "negative_results.md"
 
 
 def published() -> Path:
     return ROOT / CAMPAIGN_FILE.read_text().strip()
 
 
-def _fmt(x: float | None, pct: bool = False, nd: int = 3) -> str:
-    if x is None:
-        return "n/a"
-    return f"{100 * x:+.1f}%" if pct else f"{x:.{nd}f}"
+def shown(pub: Path) -> list[Path]:
+    """The further campaigns README shows after `pub` (paper/shown.txt: one run directory a line, relative to the
+    repository; blank and # lines skipped; `pub`'s own line and repeats ignored, so the file can list the campaign
+    published today before another one is). A line whose directory or ci.json is missing stops the build."""
+    if not SHOWN_FILE.is_file():
+        return []
+    out: list[Path] = []
+    for n, line in enumerate(SHOWN_FILE.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        run = ROOT / line
+        if not (run / "ci.json").is_file():
+            why = "no such directory" if not run.is_dir() else f"no ci.json (run `python bandit/ci.py {line}`)"
+            raise SystemExit(f"error: {rel(SHOWN_FILE)} line {n}: campaign {line}: {why}")
+        if run.resolve() not in {p.resolve() for p in [pub, *out]}:
+            out.append(run)
+    return out
 
 
-def _ci(e: dict, pct: bool = False, nd: int = 3) -> str:
-    lo, hi = e["ci"]
-    if lo is None or hi is None:
-        return "n/a"
-    return f"[{_fmt(lo, nd=nd)}, {_fmt(hi, nd=nd)}]" if not pct else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]%"
-
-
-def _tag(e: dict) -> str:
-    return "[unlabelled]" if e["label"] == "UNLABELLED" else f"[{e['label']}]"
-
-
-def load(runs: Path) -> tuple[dict[str, dict], list[dict]]:
-    path = runs / "ci.json"
-    if not path.is_file():
-        raise SystemExit(f"error: {rel(runs)}/ci.json is missing: run `python bandit/ci.py {rel(runs)}`")
-    entries = json.loads(path.read_text())
-    outside = sorted(
-        {
-            i["path"]
-            for e in entries
-            for i in e["inputs"]
-            if not (ROOT / i["path"]).resolve().is_relative_to(Path(runs).resolve())
-        }
-    )
-    if outside:
-        raise SystemExit(
-            f"error: {rel(runs)}/ci.json was computed from logs outside the campaign: " + ", ".join(outside)
-        )
-    return {e["name"]: e for e in entries}, entries
-
-
-def primary_said(by: dict[str, dict]) -> str:
-    """Which drafter is the primary and by which rule (bandit/live/primary.py), as far as ci.json says: the fastest fixed
-    drafter measured live where the live verdicts cover every drafter, else the token proxy."""
-    drafters = {m[2] for n in by if (m := re.fullmatch(r"tokens_per_pass\[(.+)\]\[(.+)\]", n))}
-    fixed = {e["config"][len("fixed:") :] for n, e in by.items() if n.startswith("live_tokens_per_s[fixed:")}
-    ch = by.get("live_speedup_over_fastest_fixed[plain]") or next(
-        (e for n, e in by.items() if n.startswith("live_speedup_over_fastest_fixed[")), None
-    )
-    if ch and drafters and drafters <= fixed:
-        return (
-            f"The primary: {ch['fastest_fixed'][len('fixed:') :]}, the fastest fixed drafter measured live (highest "
-            "measured tokens/s pooled over the live sample), re-chosen in every resample."
-        )
-    return "The primary: the drafter with the most tokens per target pass (token proxy), re-chosen in every resample."
-
-
-def provenance(by: dict[str, dict], runs: Path) -> str:
-    e = by["per_block_gap"]
-    files = ", ".join(f"`{i['path']}` (sha256 `{i['sha256'][:12]}`)" for i in e["inputs"])
-    sel = next((x for n, x in by.items() if n.startswith("selector_frontier_area")), None)
-    refit = f" (selector refits: {sel['n_resamples']})" if sel else ""
-    return (
-        f"Generated by `python paper/build.py` from `{rel(runs)}/ci.json` (code {e['code_version']}), which "
-        f"`python bandit/ci.py` computed from {files}: {e['n_clusters']} prompts; block set: the primary's own "
-        f'trajectory starts on a dense log ({e["n_blocks"]} blocks; docs/DESIGN.md, "Which blocks"), the logged '
-        f"block starts on a sparse one. Intervals: 95% {e['method']} bootstrap over {e['unit']} clusters resampled "
-        f"within workloads, {e['n_resamples']} resamples{refit}, seed {e['seed']}; the primary, its block set and "
-        "every selector choice are remade in every resample. " + primary_said(by)
-    )
-
-
-HEADLINE = [  # (what the number is; what it is a proxy for), its ci.json name, shown as a percentage
-    (
-        "per-block oracle gap (accepted tokens at the primary's block starts); proxy for what choosing the drafter "
-        "per block could add per block, before any drafting cost",
-        "per_block_gap",
-        True,
-    ),
-    (
-        "workload-level hindsight headroom (tokens per target pass); proxy for the speed a per-workload choice of "
-        "one drafter could add if every drafter cost the same",
-        "workload_headroom",
-        True,
-    ),
-    (
-        "trajectory (shortest-path) oracle gain (tokens per target pass); proxy for the most any per-block policy "
-        "could gain if drafting were free",
-        "trajectory_oracle_gain",
-        True,
-    ),
-    (
-        "greedy per-block oracle gain (tokens per target pass); proxy for what a perfect per-block chooser gains "
-        "if drafting were free",
-        "greedy_oracle_gain",
-        True,
-    ),
-    (
-        "selector frontier area, logistic, pooled (0.5 = random); proxy for whether its signal ranks blocks well "
-        "enough to pay for re-drafting",
-        "selector_frontier_area",
-        False,
-    ),
-    (
-        "selector token gain over the primary (LOWO operating point); proxy for its speedup before the cost of "
-        "its extra drafts",
-        "selector_token_gain",
-        True,
-    ),
-    (
-        "selector redraft rate (share of blocks re-drafted: what its extra cost scales with)",
-        "selector_redraft_rate",
-        False,
-    ),
-    ("selector capture (of its alternatives' gap)", "selector_capture", False),
-    ("selector skill (capture / redraft rate)", "selector_skill", False),
-    ("selector speedup over the primary alone (modelled wall clock)", "selector_speedup", False),
-]
-
-
-def live_block(by: dict[str, dict], runs: Path) -> str:
-    """The results' opening: the live verdicts' one table, then every configuration's (bandit/live/verdicts.py)."""
-    text = verdicts.report(by)
-    if not text:
-        why = (
-            f"`{rel(runs)}/live.jsonl` exists but ci.json predates the live verdicts (run `python bandit/ci.py`)"
-            if (runs / "live.jsonl").is_file()
-            else "the campaign has no live phase (`sweep.py --live-prompts N` decodes one)"
-        )
-        return (
-            f"No live verdicts in `{rel(runs)}/ci.json`: {why}, so no measured speedup is shown here and every "
-            "number below is a token proxy or a model."
-        )
-    live = next(e for n, e in by.items() if n.startswith("live_tokens_per_s["))
-    src = live["inputs"][-1]
-    plain = any(n.startswith("live_speedup_over_plain[") for n in by)
-    gone = (
-        "" if plain else " The live phase decoded no `plain` configuration, so no speedup over plain decoding exists."
-    )
-    return (
-        text
-        + f"\n\nFrom `{rel(runs)}/ci.json` (`python bandit/ci.py`; `python bandit/live/verdicts.py` prints these tables), "
-        f"computed from `{src['path']}` (sha256 `{src['sha256'][:12]}`): {live['n_clusters']} prompts, "
-        f"{live['n_resamples']} resamples, seed {live['seed']}.{gone}"
-    )
-
-
-def headline_table(by: dict[str, dict]) -> str:
-    out = [
-        "Token proxies: what the logs say in tokens, with no time in them. Each explains part of the measured "
-        "verdicts above and says what it is a proxy for:",
-        "",
-        "| number | value | 95% CI | label |",
-        "|---|---|---|---|",
-    ]
-    for text, name, pct in HEADLINE:
-        if name in by:
-            e = by[name]
-            if e["value"] is None:  # listed with its reason, as ci.json has it
-                out.append(f"| {text} | {e.get('warning') or 'undefined'} | no CI | {_tag(e)} |")
-                continue
-            out.append(f"| {text} | {_fmt(e['value'], pct)} | {_ci(e, pct)} | {_tag(e)} |")
-    return "\n".join(out)
-
-
-def _grid(by: dict[str, dict], pattern: str) -> dict[str, dict[str, dict]]:
-    cells: dict[str, dict[str, dict]] = {}
-    for name, e in by.items():
-        m = re.fullmatch(pattern, name)
-        if m:
-            cells.setdefault(m[1], {})[m[2]] = e
-    return cells
-
-
-def grid_table(by: dict[str, dict], pattern: str, title: str) -> str:
-    cells = _grid(by, pattern)
-    if not cells:
-        return ""
-    drafters = sorted({d for row in cells.values() for d in row})
-    tag = _tag(next(iter(next(iter(cells.values())).values())))
-    out = [
-        f"{title} {tag} (95% CI):",
-        "",
-        "| workload | " + " | ".join(drafters) + " |",
-        "|---|" + "---|" * len(drafters),
-    ]
-    for w in sorted(cells):
-        row = cells[w]
-        out.append(
-            f"| {w} | "
-            + " | ".join(f"{row[d]['value']:.2f} {_ci(row[d], nd=2)}" if d in row else "n/a" for d in drafters)
-            + " |"
-        )
-    return "\n".join(out)
-
-
-def selector_table(by: dict[str, dict], runs: Path) -> str:
-    scores = sorted(
-        {
-            re.fullmatch(r"selector_frontier_area(_[a-z_]+)?(\[.+\])?", n)[1] or ""
-            for n in by
-            if re.fullmatch(r"selector_frontier_area(_[a-z_]+)?(\[.+\])?", n)
-        }
-    )
-    wls = sorted({n[n.index("[") + 1 : -1] for n in by if n.startswith("selector_frontier_area[")})
-    if not wls:
-        return ""
-    tag = _tag(by["selector_frontier_area"])
-    out = [
-        f"Selector frontier area per held-out workload {tag} (out-of-fold capture vs redraft rate; 0.5 = a "
-        "random ranking; verdict from the 95% CI):",
-        "",
-        "| score | " + " | ".join(wls) + " | pooled |",
-        "|---|" + "---|" * (len(wls) + 1),
-    ]
-    for sc in scores:
-        pre = "selector_frontier_area" + sc
-        cells = []
-        for key in [f"{pre}[{w}]" for w in wls] + [pre]:
-            e = by.get(key)
-            if e is None:
-                cells.append("n/a")
-                continue
-            lo, hi = e["ci"]
-            mark = "" if lo is None else (" (above random)" if lo > 0.5 else " (below random)" if hi < 0.5 else "")
-            cells.append(f"{_fmt(e['value'])} {_ci(e)}{mark}")
-        out.append(f"| {sc[1:] or 'logistic'} | " + " | ".join(cells) + " |")
-    out += [
-        "",
-        "Operating point of the logistic selector per held-out workload (alternatives and threshold chosen on "
-        f"the other workloads by the cost model's speedup; rules in `{rel(runs)}/selector.txt`):",
-        "",
-        "| held-out | redraft rate | token gain | speedup [MODEL] | skill |",
-        "|---|---|---|---|---|",
-    ]
-    for w in wls:
-        r, g, sp = (by.get(f"{k}[{w}]") for k in ("selector_redraft_rate", "selector_token_gain", "selector_speedup"))
-        sk = by.get(f"selector_skill[{w}]")
-        cell = lambda e, pct=False: "n/a" if e is None else f"{_fmt(e['value'], pct)} {_ci(e, pct)}"
-        skill = (
-            cell(sk)
-            if sk and sk["value"] is not None
-            else "degenerate: never re-drafts"
-            if r and r["value"] == 0
-            else "degenerate: re-drafts every block"
-            if r and r["value"] == 1
-            else "n/a"
-        )
-        out.append(f"| {w} | {cell(r)} | {cell(g, True)} | {cell(sp)} | {skill} |")
-    return "\n".join(out)
-
-
-def coverage_block(runs: Path) -> str:
-    path = runs / "coverage.json"
-    if not path.exists():
-        return f"(no `{rel(runs)}/coverage.json`: run `python bench/coverage.py`)"
-    cov = json.loads(path.read_text())
-    out = [
-        "How honest are the intervals? Empirical coverage of the nominal 95% intervals of the entries above, "
-        "by simulator campaigns with known truth [SIM] and by subsampling prompts from the measured campaign, "
-        f"truth = the full campaign's value [MEASURED] (`python bench/coverage.py` -> `{rel(runs)}/coverage.json`):",
-        "",
-        "| study | entry | resampling unit | coverage | 95% CI of the coverage | draws | mean width |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in cov["rows"]:
-        lo, hi = r["coverage_ci"]
-        out.append(
-            f"| {r['study']} [{r['label']}] | {r['entry']} | {r['unit']} | {100 * r['coverage']:.1f}% | "
-            f"[{100 * lo:.1f}, {100 * hi:.1f}]% | {r['draws']} | {_fmt(r.get('mean_width'))} |"
-        )
-    return "\n".join(out)
-
-
-def held(e: dict) -> str:
-    h = e.get("held_out_configuration")
-    if not h:
-        return "n/a"
-    return f"{h['measured_over_predicted']:.3f} [{h['ratio_ci'][0]:.3f}, {h['ratio_ci'][1]:.3f}]"
-
-
-def wallclock_block(runs: Path) -> str:
-    path = runs / "wallclock.json"
-    if not path.exists():
-        return f"(no `{rel(runs)}/wallclock.json`: run `python bandit/wallclock.py`)"
-    w = json.loads(path.read_text())
-    same, agree = w["same_as_dense"], w["passes_agree"]
-    rule = next((e["speedup_over_primary"].get("rule") for e in w["entries"] if "speedup_over_primary" in e), None)
-    out = [
-        f"Wall clock: is the timing model right? Tokens/s of every configuration decoded in the live phase of "
-        f"`{w['run']}`, predicted from the dense log by the timing model fitted on the live decodes of the other "
-        "prompts [MODEL] (and by a fit that never saw the configuration's own decodes), against the "
-        f"measured [MEASURED] (`python bandit/wallclock.py` -> `{rel(runs)}/wallclock.json`, `wallclock.png`; "
-        f'docs/DESIGN.md, "Wall clock"). Live outputs equal to the dense phase\'s: {same[0]} of {same[1]} decodes; '
-        f"target passes, verified tokens and drafter calls equal to the dense-log walk's (a policy's: its replay's): "
-        f"{agree[0]} of {agree[1]}. Intervals: {w['ci']}." + (f" The primary: {rule}." if rule else ""),
-        "",
-        "| configuration | predicted tokens/s [MODEL] | measured tokens/s [MEASURED] | measured / predicted | "
-        "measured / predicted, fit without the configuration's decodes | "
-        "measured speedup over the primary [MEASURED] | prompts |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for e in w["entries"]:
-        sp = e.get("speedup_over_primary")
-        spc = (
-            f"{sp['measured']:.3f} [{sp['measured_ci'][0]:.3f}, {sp['measured_ci'][1]:.3f}]" if sp else "(the primary)"
-        )
-        out.append(
-            f"| {e['config']} | {e['predicted_tokens_per_s']:.1f} [{e['predicted_ci'][0]:.1f}, "
-            f"{e['predicted_ci'][1]:.1f}] | {e['measured_tokens_per_s']:.1f} [{e['measured_ci'][0]:.1f}, "
-            f"{e['measured_ci'][1]:.1f}] | {e['measured_over_predicted']:.3f} [{e['ratio_ci'][0]:.3f}, "
-            f"{e['ratio_ci'][1]:.3f}] | {held(e)} | {spc} | {e['n_prompts']} |"
-        )
-    if any("choices" in e for e in w["entries"]):
-        out += ["", wallclock.choices_text(w["entries"])]
-    if (w.get("cost_models") or {}).get("rows"):
-        out += ["", wallclock.cost_model_text(w["cost_models"])]
-    return "\n".join(out)
-
-
-def verbatim(runs: Path, name: str, command: str) -> str:
-    """A derived text output of runs/, quoted whole (it carries its own labels and provenance)."""
-    txt = runs / name
-    if not txt.exists():
-        return f"(no `{rel(runs)}/{name}`: run `{command}`)"
-    return f"From `{rel(runs)}/{name}` (`{command}`):\n\n```\n" + txt.read_text().strip() + "\n```"
-
-
-def results_block(runs: Path) -> str:
-    by, _ = load(runs)
-    return "\n\n".join(
-        [
-            "## Results on the default campaign",
-            live_block(by, runs),
-            provenance(by, runs),
-            headline_table(by),
-            grid_table(
-                by,
-                r"tokens_per_pass\[(.+)\]\[(.+)\]",
-                "Tokens per target pass along each fixed drafter's own trajectory",
-            ),
-            grid_table(
-                by, r"mean_accepted\[(.+)\]\[(.+)\]", "Mean accepted tokens per block at the primary's block starts"
-            ),
-            selector_table(by, runs),
-            wallclock_block(runs),
-            coverage_block(runs),
-        ]
-    )
+def results_block(runs: Path, others: list[Path]) -> str:
+    """README's results: the published campaign's section first, then each further one's, in paper/shown.txt's
+    order."""
+    return "\n\n".join([published_section(runs), *(shown_section(o) for o in others)])
 
 
 def draft(runs: Path) -> str:
     text = TEMPLATE.read_text()
     return (
-        text.replace("{{RESULTS}}", results_block(runs))
+        text.replace("{{RESULTS}}", published_section(runs))
         .replace("{{CAMPAIGN}}", rel(runs))
         .replace("{{BREAKEVEN}}", verbatim(runs, "breakeven.txt", "python bandit/breakeven.py"))
         .replace("{{SELECTOR}}", verbatim(runs, "selector.txt", "python bandit/selector.py"))
         .replace("{{POLICIES}}", verbatim(runs, "core.txt", "python bandit/core.py"))
     )
-
-
-NEG_TEMPLATE = ROOT / "paper" / "negative_results.md"
 
 
 def quote(by: dict[str, dict], runs: Path, text: str) -> str:
@@ -417,7 +91,7 @@ def quote(by: dict[str, dict], runs: Path, text: str) -> str:
         if name not in by:
             raise SystemExit(f"{NEG_TEMPLATE.name}: no entry {name!r} in {rel(runs)}/ci.json")
         e = by[name]
-        return f"{_fmt(e['value'], pct)} {_ci(e, pct)} {_tag(e)}"
+        return f"{fmt_value(e['value'], pct)} {fmt_ci(e, pct)} {fmt_label(e)}"
 
     def line(m: re.Match) -> str:
         path = runs / m[1]
@@ -439,12 +113,25 @@ def negative_results(runs: Path) -> str:
     return head + quote(by, runs, NEG_TEMPLATE.read_text().replace("{{CAMPAIGN}}", rel(runs)))
 
 
-def readme(runs: Path, current: str) -> str:
+def readme(runs: Path, others: list[Path], current: str) -> str:
     if BEGIN not in current or END not in current:
         raise SystemExit(f"README.md lacks the markers {BEGIN} ... {END}")
     head, rest = current.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{results_block(runs)}\n{END}{tail}"
+    return f"{head}{BEGIN}\n{results_block(runs, others)}\n{END}{tail}"
+
+
+def check(runs: Path, others: list[Path], stale: list[Path]) -> int:
+    """Exit status of --check: 1 if a text is stale or a campaign's output records any command but its documented
+    one (bandit/logs/outputs.py; a further campaign's names its path), each said in a line."""
+    bad = [f"{p.relative_to(ROOT)} (regenerate with `python paper/build.py`)" for p in stale]
+    bad += outputs.check_commands(runs)
+    for o in others:
+        bad += outputs.check_commands(o, published=False)
+    also = f" (and {', '.join(rel(o) for o in others)}, shown)" if others else ""
+    done = f"match {rel(runs)}{also}, each of its outputs made by its documented command"
+    print("\n".join(f"stale: {x}" for x in bad) or f"up to date: README, paper, NEGATIVE_RESULTS {done}")
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,32 +150,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     pinned = published()
-    if a.campaign is not None and Path(a.campaign).resolve() != pinned.resolve():
-        if not a.publish:
-            print(
-                f"error: {a.campaign} is not the published campaign ({rel(pinned)}, named in paper/campaign.txt); "
-                "add --publish to make it the one README and paper describe",
-                file=sys.stderr,
-            )
-            return 2
-        outputs.write_all([(CAMPAIGN_FILE, rel(a.campaign) + "\n")])
-        print(f"published: {rel(a.campaign)} (paper/campaign.txt)")
-    a.runs = Path(a.campaign) if a.campaign is not None else pinned
-    if not a.runs.is_dir():
-        print(f"error: campaign {rel(a.runs)}: no such directory", file=sys.stderr)
+    runs = Path(a.campaign) if a.campaign is not None else pinned
+    if a.campaign is not None and runs.resolve() != pinned.resolve() and not a.publish:
+        print(
+            f"error: {a.campaign} is not the published campaign ({rel(pinned)}, named in paper/campaign.txt); "
+            "add --publish to make it the one README and paper describe",
+            file=sys.stderr,
+        )
         return 2
+    if not runs.is_dir():
+        print(f"error: campaign {rel(runs)}: no such directory", file=sys.stderr)
+        return 2
+    others = shown(runs)  # before publishing: a broken paper/shown.txt changes nothing
+    if runs.resolve() != pinned.resolve():
+        outputs.write_all([(CAMPAIGN_FILE, rel(runs) + "\n")])
+        print(f"published: {rel(runs)} (paper/campaign.txt)")
     targets = {
-        ROOT / "README.md": readme(a.runs, (ROOT / "README.md").read_text()),
-        ROOT / "paper" / "draft.md": draft(a.runs),
-        ROOT / "NEGATIVE_RESULTS.md": negative_results(a.runs),
+        ROOT / "README.md": readme(runs, others, (ROOT / "README.md").read_text()),
+        ROOT / "paper" / "draft.md": draft(runs),
+        ROOT / "NEGATIVE_RESULTS.md": negative_results(runs),
     }
     stale = [p for p, text in targets.items() if not p.exists() or p.read_text() != text]
-    if a.check:  # and every output of the campaign recorded as made by its documented command (bandit/logs/outputs.py)
-        bad = [f"{p.relative_to(ROOT)} (regenerate with `python paper/build.py`)" for p in stale]
-        bad += outputs.check_commands(a.runs)
-        done = f"match {rel(a.runs)}, each of its outputs made by its documented command"
-        print("\n".join(f"stale: {x}" for x in bad) or f"up to date: README, paper, NEGATIVE_RESULTS {done}")
-        return 1 if bad else 0
+    if a.check:
+        return check(runs, others, stale)
     for p in outputs.write_all(list(targets.items())):
         print(f"wrote {p.relative_to(ROOT)}")
     return 0

@@ -1,12 +1,45 @@
-"""README's results block and paper/draft.md are generated from the published campaign's outputs, never typed."""
+"""README's results block and paper/draft.md are generated from the published campaign's outputs, never typed;
+README also shows, after it, each further campaign paper/shown.txt names, every section titled by its target."""
 
+import importlib.util
 import json
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bandit.logs import outputs
+
 ROOT = Path(__file__).resolve().parents[1]
+ZOO = "runs/zoo-20261201-134938"  # the CI-sized campaign the repository ships (and runs/sim, simulated)
+
+
+@pytest.fixture(scope="module")
+def build():
+    """paper/build.py as a module (it is a script, not in a package), to call its parts with other files."""
+    spec = importlib.util.spec_from_file_location("paper_build_under_test", ROOT / "paper" / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def sim_published(build, tmp_path, monkeypatch):
+    """runs/sim published, paper/shown.txt naming the zoo campaign (and, skipped, the published one and a repeat)."""
+    (tmp_path / "campaign.txt").write_text("runs/sim\n")
+    (tmp_path / "shown.txt").write_text(f"# comment\n\n{ZOO}\nruns/sim\n{ZOO}\n")
+    monkeypatch.setattr(build, "CAMPAIGN_FILE", tmp_path / "campaign.txt")
+    monkeypatch.setattr(build, "SHOWN_FILE", tmp_path / "shown.txt")
+    return build
+
+
+def block_of(text: str) -> str:
+    return text.split("<!-- specbandit:generated:begin -->")[1].split("<!-- specbandit:generated:end -->")[0]
 
 
 def test_readme_and_paper_match_runs():
@@ -14,17 +47,24 @@ def test_readme_and_paper_match_runs():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_every_percentage_in_the_readme_block_comes_from_ci_json():
-    text = (ROOT / "README.md").read_text()
-    block = text.split("<!-- specbandit:generated:begin -->")[1].split("<!-- specbandit:generated:end -->")[0]
+def test_every_percentage_in_the_readme_block_comes_from_ci_json(build):
+    block = block_of((ROOT / "README.md").read_text())
     values = set()
-    campaign = ROOT / (ROOT / "paper" / "campaign.txt").read_text().strip()
-    for e in json.loads((campaign / "ci.json").read_text()):
-        for x in [e["value"], *e["ci"]]:
-            if x is not None:
-                values.add(f"{100 * x:+.1f}")
+    campaign = build.published()
+    for run in [campaign, *build.shown(campaign)]:  # each section's numbers from its own campaign
+        for e in json.loads((run / "ci.json").read_text()):
+            for x in [e["value"], *e["ci"]]:
+                if x is not None:
+                    values.add(f"{100 * x:+.1f}")
     shown = re.findall(r"([+-]\d+\.\d)%", block) + re.findall(r"\[([+-]\d+\.\d), ", block)
     assert shown and all(s in values for s in shown), [s for s in shown if s not in values]
+
+
+def test_the_readme_titles_the_published_campaign_by_its_target():
+    block = block_of((ROOT / "README.md").read_text())
+    campaign = (ROOT / "paper" / "campaign.txt").read_text().strip()
+    target = json.loads((ROOT / campaign / "manifest.json").read_text())["target"]["name"]
+    assert block.lstrip().startswith(f"## Results on the published campaign: target {target} ({campaign})")
 
 
 def test_build_refuses_a_campaign_that_is_not_the_published_one(tmp_path):
@@ -35,3 +75,77 @@ def test_build_refuses_a_campaign_that_is_not_the_published_one(tmp_path):
         text=True,
     )
     assert r.returncode == 2 and "is not the published campaign" in r.stderr and "--publish" in r.stderr
+
+
+def test_readme_shows_the_published_campaign_then_each_shown_one_titled_by_target(sim_published):
+    b = sim_published
+    pub = b.published()
+    others = b.shown(pub)
+    assert others == [ROOT / ZOO]  # the published campaign's line and the repeat skipped
+    block = block_of(
+        b.readme(pub, others, "head\n<!-- specbandit:generated:begin -->\nold\n<!-- specbandit:generated:end -->\n")
+    )
+    titles = re.findall(r"^## .*$", block, flags=re.M)
+    assert titles == [
+        "## Results on the published campaign: target sim-target (runs/sim)",
+        f"## Results on a further campaign: target zoo-target ({ZOO})",
+    ]
+    first, second = block.split(titles[1])
+    assert "Selector frontier area per held-out" in first and "coverage.json" in first
+    assert "Token proxies:" in second and "Does choosing pay, measured?" in second  # the compact section
+    assert "Selector frontier area" not in second and "Wall clock:" not in second and "coverage.json" not in second
+    assert f"`python bandit/ci.py {ZOO}`" in second and "`python bandit/ci.py`" not in second  # its own command
+    assert "further campaign" not in b.draft(pub)  # the paper describes the published campaign only
+
+
+def test_a_converted_target_is_titled_with_its_gguf_source(build, tmp_path):
+    target = {
+        "name": "smollm2-135m-instruct",
+        "converted_from": {"file": "M.Q4_1.gguf", "package": "p", "version": "1"},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps({"target": target}))
+    sections = sys.modules["paper.sections"]
+    assert sections.target_said(tmp_path) == "target smollm2-135m-instruct, converted from M.Q4_1.gguf of p 1"
+    assert "no `" in sections.target_said(tmp_path / "none")  # no manifest: said, not guessed
+
+
+def test_a_shown_line_naming_a_missing_campaign_stops_the_build_in_one_line(tmp_path):
+    """In a copy of the repository's layout (paper/ copied, bandit/ and runs/ linked), so the real paper/shown.txt
+    is not touched."""
+    shutil.copytree(ROOT / "paper", tmp_path / "paper", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in ("bandit", "runs"):
+        (tmp_path / d).symlink_to(ROOT / d, target_is_directory=True)
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    (tmp_path / "paper" / "shown.txt").write_text(f"{ZOO}\nruns/no-such-run\n")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    r = subprocess.run(
+        [sys.executable, "paper/build.py", "--check"], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: paper/shown.txt line 2: campaign runs/no-such-run: no such directory"
+    ]
+
+
+def test_a_shown_campaign_without_ci_json_is_refused(build, tmp_path, monkeypatch):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "shown.txt").write_text(f"{tmp_path / 'run'}\n")
+    monkeypatch.setattr(build, "SHOWN_FILE", tmp_path / "shown.txt")
+    with pytest.raises(SystemExit, match=r"line 1: campaign .*: no ci.json \(run `python bandit/ci.py"):
+        build.shown(build.published())
+
+
+def test_a_further_campaigns_files_are_checked_against_the_commands_with_its_path(build, tmp_path, capsys):
+    run = tmp_path / "a run"  # a space: the path is quoted as the recorded command quotes it
+    run.mkdir()
+    path = shlex.quote(outputs.show(run))
+    (run / "ci.json").write_text(json.dumps([{"command": "python bandit/ci.py"}]))  # the published campaign's
+    (run / "replay.txt").write_text(f"# made by: python bandit/replay.py {path}\n")
+    bad = outputs.check_commands(run, published=False)
+    assert len(bad) == 1 and "ci.json was made by `python bandit/ci.py`" in bad[0], bad
+    assert f"its documented command is `python bandit/ci.py {path}`" in bad[0]
+    as_published = outputs.check_commands(run)  # the published campaign's commands name no path
+    assert len(as_published) == 1 and as_published[0].startswith(f"{outputs.show(run / 'replay.txt')} was made by")
+    assert outputs.check_commands(ROOT / "runs" / "sim", published=False) == []  # records `... runs/sim`
+    assert build.check(build.published(), [run], []) == 1  # --check reports it, as a stale text
+    assert f"stale: {bad[0]}" in capsys.readouterr().out.splitlines()

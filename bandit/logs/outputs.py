@@ -304,11 +304,14 @@ def recorded(path: Path) -> str | None:
         return None
 
 
-def check_commands(run: Path) -> list[str]:
-    """A problem line for each of the published campaign's generated files whose recorded command is not the
-    documented one."""
+def check_commands(run: Path, published: bool = True) -> list[str]:
+    """A problem line for each of a campaign's generated files whose recorded command is not the documented one:
+    the published campaign's names no path; any other run's (`published=False`: a further campaign README shows)
+    names the run's path as `command()` records it, so a file made for the published campaign is stale there."""
+    named = "" if published else " " + shlex.quote(show(run))
     out = []
-    for name, cmd in DOCUMENTED.items():
+    for name, doc in DOCUMENTED.items():
+        cmd = doc + named
         p = Path(run) / name
         if not p.exists():
             continue
