@@ -6,19 +6,24 @@ from the published campaign's derived outputs (`<run>/ci.json`, `breakeven.txt`,
 live verdicts' one table (bandit/live/verdicts.py renders it from ci.json: does choosing pay, measured?); the
 token proxies follow, each saying what it stands in for,
 with each number's label and CI (NEGATIVE_RESULTS.md from the template paper/negative_results.md, whose
-figures are {{ci:NAME}} / {{line:FILE:WORDS}} quotes). The blocks are rendered by paper/sections.py.
-README's results then show, after the published campaign's section, a compact one (live verdicts, provenance,
-token proxies) for each further campaign `paper/shown.txt` names, one run directory a line (a line naming the
-published campaign is skipped; no file, none); every section's title names its campaign's target.
+figures are {{ci:NAME}} / {{ci%:NAME}} / {{line:FILE:WORDS}} quotes and {{CAMPAIGN}} its path). The blocks are
+rendered by paper/sections.py. README's results then show, after the published campaign's section, a compact one
+(live verdicts, provenance, token proxies) for each further campaign `paper/shown.txt` names, one run directory a
+line (a line naming the published campaign is skipped; no file, none); every section's title names its campaign's
+target. A shown.txt line may end in an alias after whitespace (`runs/zoo-20261201-134938 zoo`; [a-z0-9_-]+, unique),
+and a quote naming it, {{ci@zoo:NAME}}, {{ci%@zoo:NAME}}, {{line@zoo:FILE:WORDS}}, {{CAMPAIGN@zoo}}, quotes that
+campaign instead of the published one (still so while it is the published one: its line's alias names it); an
+alias no line gives stops the build. So findings about one campaign keep quoting it after another is published.
 `tests/test_generated_docs.py` fails when the committed text drifts from what this prints.
 
     python paper/build.py            # rewrite paper/draft.md, NEGATIVE_RESULTS.md and README.md's generated block
     python paper/build.py --check    # exit 1 if any is stale, or a campaign shown has a file not made by its documented command
     python paper/build.py --campaign runs/RUN --publish   # make another campaign the published one
 
-Only the published campaign feeds the paper and NEGATIVE_RESULTS.md: `--campaign` naming another is refused
-without `--publish`, and outputs computed from logs outside the campaign are refused. A further campaign is
-documented by the commands with its path (`python bandit/ci.py runs/RUN`), as bandit/logs/outputs.py records them.
+Only the published campaign feeds the paper and NEGATIVE_RESULTS.md's untagged quotes: `--campaign` naming another
+is refused without `--publish`, and outputs computed from logs outside their campaign are refused. A further
+campaign is documented by the commands with its path (`python bandit/ci.py runs/RUN`), as bandit/logs/outputs.py
+records them.
 """
 
 from __future__ import annotations
@@ -39,30 +44,54 @@ TEMPLATE = ROOT / "paper" / "template.md"
 CAMPAIGN_FILE = ROOT / "paper" / "campaign.txt"
 SHOWN_FILE = ROOT / "paper" / "shown.txt"
 NEG_TEMPLATE = ROOT / "paper" / "negative_results.md"
+ALIAS = re.compile(r"[a-z0-9_-]+")  # a campaign's alias in paper/shown.txt, named by {{ci@ALIAS:NAME}} quotes
 
 
 def published() -> Path:
     return ROOT / CAMPAIGN_FILE.read_text().strip()
 
 
-def shown(pub: Path) -> list[Path]:
-    """The further campaigns README shows after `pub` (paper/shown.txt: one run directory a line, relative to the
-    repository; blank and # lines skipped; `pub`'s own line and repeats ignored, so the file can list the campaign
-    published today before another one is). A line whose directory or ci.json is missing stops the build."""
+def shown_lines() -> list[tuple[int, Path, str | None]]:
+    """paper/shown.txt's campaigns: (line number, run directory, alias or None). A line is a run directory relative
+    to the repository, optionally followed by whitespace and an alias ([a-z0-9_-]+, unique in the file; a line of
+    two fields or more takes its last as the alias); blank and # lines are skipped. A line whose directory or
+    ci.json is missing, or whose alias is malformed or repeated, stops the build."""
     if not SHOWN_FILE.is_file():
         return []
-    out: list[Path] = []
+    out: list[tuple[int, Path, str | None]] = []
     for n, line in enumerate(SHOWN_FILE.read_text().splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        run = ROOT / line
+        fields = line.rsplit(None, 1)
+        path, alias = (fields[0], fields[1]) if len(fields) == 2 else (line, None)
+        where = f"error: {rel(SHOWN_FILE)} line {n}: campaign {path}"
+        if alias is not None and not ALIAS.fullmatch(alias):
+            raise SystemExit(f"{where}: alias {alias!r} is not [a-z0-9_-]+")
+        if alias is not None and alias in {a for _, _, a in out}:
+            raise SystemExit(f"{where}: alias {alias!r} is already taken")
+        run = ROOT / path
         if not (run / "ci.json").is_file():
-            why = "no such directory" if not run.is_dir() else f"no ci.json (run `python bandit/ci.py {line}`)"
-            raise SystemExit(f"error: {rel(SHOWN_FILE)} line {n}: campaign {line}: {why}")
+            why = "no such directory" if not run.is_dir() else f"no ci.json (run `python bandit/ci.py {path}`)"
+            raise SystemExit(f"{where}: {why}")
+        out.append((n, run, alias))
+    return out
+
+
+def shown(pub: Path) -> list[Path]:
+    """The further campaigns README shows after `pub`, in paper/shown.txt's order (shown_lines); `pub`'s own line
+    and repeats ignored, so the file can list the campaign published today before another one is."""
+    out: list[Path] = []
+    for _, run, _ in shown_lines():
         if run.resolve() not in {p.resolve() for p in [pub, *out]}:
             out.append(run)
     return out
+
+
+def aliases() -> dict[str, Path]:
+    """Each alias paper/shown.txt gives to the campaign on its line, the published campaign's line included (its
+    section is skipped, its alias still names it): what a {{ci@ALIAS:NAME}} quote resolves against."""
+    return {a: run for _, run, a in shown_lines() if a is not None}
 
 
 def results_block(runs: Path, others: list[Path]) -> str:
@@ -82,35 +111,52 @@ def draft(runs: Path) -> str:
     )
 
 
-def quote(by: dict[str, dict], runs: Path, text: str) -> str:
-    """Fill a hand-written text's quotes from generated files: {{ci:NAME}} (value, CI, label of a ci.json entry;
-    {{ci%:NAME}} as a percentage) and {{line:FILE:WORDS}} (the first line of runs/FILE containing WORDS)."""
+def quote(runs: Path, text: str, named: dict[str, Path] | None = None) -> str:
+    """Fill a hand-written text's quotes from generated files of the published campaign `runs`: {{ci:NAME}} (value,
+    CI, label of a ci.json entry; {{ci%:NAME}} as a percentage), {{line:FILE:WORDS}} (the first line of runs/FILE
+    containing WORDS) and {{CAMPAIGN}} (its path). Each may name a campaign of paper/shown.txt by its alias instead,
+    {{ci@ALIAS:NAME}}, {{ci%@ALIAS:NAME}}, {{line@ALIAS:FILE:WORDS}}, {{CAMPAIGN@ALIAS}} (`named`: alias -> run
+    directory, default aliases()); an alias no line gives stops the build."""
+    named = aliases() if named is None else named
+    loaded: dict[Path, dict[str, dict]] = {}
+
+    def campaign(alias: str | None) -> Path:
+        if alias is None:
+            return runs
+        if alias not in named:
+            raise SystemExit(f"{NEG_TEMPLATE.name}: no campaign aliased {alias!r} in {rel(SHOWN_FILE)}")
+        return named[alias]
 
     def ci_entry(m: re.Match) -> str:
-        pct, name = m[1] == "%", m[2]
+        pct, run, name = m[1] == "%", campaign(m[2]), m[3]
+        if run not in loaded:
+            loaded[run] = load(run)[0]
+        by = loaded[run]
         if name not in by:
-            raise SystemExit(f"{NEG_TEMPLATE.name}: no entry {name!r} in {rel(runs)}/ci.json")
+            raise SystemExit(f"{NEG_TEMPLATE.name}: no entry {name!r} in {rel(run)}/ci.json")
         e = by[name]
         return f"{fmt_value(e['value'], pct)} {fmt_ci(e, pct)} {fmt_label(e)}"
 
     def line(m: re.Match) -> str:
-        path = runs / m[1]
-        hit = next((x.strip() for x in path.read_text().splitlines() if m[2] in x), None) if path.exists() else None
+        run = campaign(m[1])
+        path = run / m[2]
+        hit = next((x.strip() for x in path.read_text().splitlines() if m[3] in x), None) if path.exists() else None
         if hit is None:
-            raise SystemExit(f"{NEG_TEMPLATE.name}: no line with {m[2]!r} in {rel(runs)}/{m[1]}")
-        return f"`{hit}` (`{rel(runs)}/{m[1]}`)"
+            raise SystemExit(f"{NEG_TEMPLATE.name}: no line with {m[3]!r} in {rel(run)}/{m[2]}")
+        return f"`{hit}` (`{rel(run)}/{m[2]}`)"
 
-    text = re.sub(r"\{\{ci(%?):([^}]+)\}\}", ci_entry, text)
-    return re.sub(r"\{\{line:([^:}]+):([^}]+)\}\}", line, text)
+    at = r"(?:@([^:}]*))?"  # an alias, checked against `named`: a malformed one is unknown, not left unfilled
+    text = re.sub(r"\{\{CAMPAIGN" + at + r"\}\}", lambda m: rel(campaign(m[1])), text)
+    text = re.sub(r"\{\{ci(%?)" + at + r":([^}]+)\}\}", ci_entry, text)
+    return re.sub(r"\{\{line" + at + r":([^:}]+):([^}]+)\}\}", line, text)
 
 
-def negative_results(runs: Path) -> str:
-    by, _ = load(runs)
+def negative_results(runs: Path, named: dict[str, Path] | None = None) -> str:
     head = (
         "<!-- generated by `python paper/build.py` from paper/negative_results.md: every figure is quoted "
         "from runs/ with its label; edit the template -->\n"
     )
-    return head + quote(by, runs, NEG_TEMPLATE.read_text().replace("{{CAMPAIGN}}", rel(runs)))
+    return head + quote(runs, NEG_TEMPLATE.read_text(), named)
 
 
 def readme(runs: Path, others: list[Path], current: str) -> str:

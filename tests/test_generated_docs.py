@@ -1,5 +1,6 @@
 """README's results block and paper/draft.md are generated from the published campaign's outputs, never typed;
-README also shows, after it, each further campaign paper/shown.txt names, every section titled by its target."""
+README also shows, after it, each further campaign paper/shown.txt names, every section titled by its target;
+NEGATIVE_RESULTS.md's quotes name the published campaign, or a shown one by its alias."""
 
 import importlib.util
 import json
@@ -36,6 +37,25 @@ def sim_published(build, tmp_path, monkeypatch):
     monkeypatch.setattr(build, "CAMPAIGN_FILE", tmp_path / "campaign.txt")
     monkeypatch.setattr(build, "SHOWN_FILE", tmp_path / "shown.txt")
     return build
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """A copy of the repository's layout (paper/ and README.md copied, bandit/ and runs/ linked), so the real
+    paper/ files are not touched; returns a function running `python paper/build.py ARGS` in it."""
+    shutil.copytree(ROOT / "paper", tmp_path / "paper", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in ("bandit", "runs"):
+        (tmp_path / d).symlink_to(ROOT / d, target_is_directory=True)
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "paper/build.py", *args], cwd=tmp_path, capture_output=True, text=True, env=env
+        )
+
+    run.root = tmp_path
+    return run
 
 
 def block_of(text: str) -> str:
@@ -109,18 +129,9 @@ def test_a_converted_target_is_titled_with_its_gguf_source(build, tmp_path):
     assert "no `" in sections.target_said(tmp_path / "none")  # no manifest: said, not guessed
 
 
-def test_a_shown_line_naming_a_missing_campaign_stops_the_build_in_one_line(tmp_path):
-    """In a copy of the repository's layout (paper/ copied, bandit/ and runs/ linked), so the real paper/shown.txt
-    is not touched."""
-    shutil.copytree(ROOT / "paper", tmp_path / "paper", ignore=shutil.ignore_patterns("__pycache__"))
-    for d in ("bandit", "runs"):
-        (tmp_path / d).symlink_to(ROOT / d, target_is_directory=True)
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    (tmp_path / "paper" / "shown.txt").write_text(f"{ZOO}\nruns/no-such-run\n")
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    r = subprocess.run(
-        [sys.executable, "paper/build.py", "--check"], cwd=tmp_path, capture_output=True, text=True, env=env
-    )
+def test_a_shown_line_naming_a_missing_campaign_stops_the_build_in_one_line(layout):
+    (layout.root / "paper" / "shown.txt").write_text(f"{ZOO}\nruns/no-such-run\n")
+    r = layout("--check")
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines() == [
         "error: paper/shown.txt line 2: campaign runs/no-such-run: no such directory"
@@ -149,3 +160,67 @@ def test_a_further_campaigns_files_are_checked_against_the_commands_with_its_pat
     assert outputs.check_commands(ROOT / "runs" / "sim", published=False) == []  # records `... runs/sim`
     assert build.check(build.published(), [run], []) == 1  # --check reports it, as a stale text
     assert f"stale: {bad[0]}" in capsys.readouterr().out.splitlines()
+
+
+def test_a_shown_line_with_an_alias_renders_its_section_titled_as_before(sim_published):
+    b = sim_published
+    b.SHOWN_FILE.write_text(f"{ZOO}\tzoo\nruns/sim sim\n")
+    pub = b.published()
+    assert b.shown(pub) == [ROOT / ZOO] and b.aliases() == {"zoo": ROOT / ZOO, "sim": ROOT / "runs" / "sim"}
+    block = block_of(
+        b.readme(pub, b.shown(pub), "<!-- specbandit:generated:begin -->\n<!-- specbandit:generated:end -->")
+    )
+    assert re.findall(r"^## .*$", block, flags=re.M) == [
+        "## Results on the published campaign: target sim-target (runs/sim)",
+        f"## Results on a further campaign: target zoo-target ({ZOO})",
+    ]
+
+
+def test_aliased_quotes_keep_quoting_their_campaign_when_another_is_published(sim_published, tmp_path, monkeypatch):
+    b = sim_published
+    b.SHOWN_FILE.write_text(f"{ZOO} zoo\n")
+    pub = b.published()
+    zoo, sim = ({e["name"]: e for e in json.loads((ROOT / r / "ci.json").read_text())} for r in (ZOO, "runs/sim"))
+    assert zoo["per_block_gap"]["value"] != sim["per_block_gap"]["value"]
+    template = tmp_path / "negative_results.md"
+    template.write_text(
+        "{{CAMPAIGN}} {{CAMPAIGN@zoo}}\n{{ci:per_block_gap}}\n{{ci@zoo:per_block_gap}}\n{{ci%@zoo:per_block_gap}}\n"
+        "{{line@zoo:core.txt:(c) replay on the logs}}\n"
+    )
+    monkeypatch.setattr(b, "NEG_TEMPLATE", template)
+    lines = b.negative_results(pub).splitlines()[1:]
+    fmt = sys.modules["paper.sections"]
+    quoted = [
+        f"{fmt.fmt_value(e['value'], p)} {fmt.fmt_ci(e, p)} {fmt.fmt_label(e)}"
+        for e, p in [(sim["per_block_gap"], False), (zoo["per_block_gap"], False), (zoo["per_block_gap"], True)]
+    ]
+    assert lines[:4] == [f"runs/sim {ZOO}", *quoted]
+    assert lines[4].startswith("`") and lines[4].endswith(f"(`{ZOO}/core.txt`)") and "(c) replay" in lines[4]
+    # the real template: after the switch, every finding still quotes the zoo; only the published path changes
+    monkeypatch.setattr(b, "NEG_TEMPLATE", ROOT / "paper" / "negative_results.md")
+    now = (ROOT / "NEGATIVE_RESULTS.md").read_text()
+    said = f"The published campaign is `{ZOO}`;"
+    assert now.count(said) == 1 and now.count(ZOO) > 10
+    assert b.negative_results(pub) == now.replace(said, "The published campaign is `runs/sim`;")
+
+
+def test_an_unknown_alias_stops_the_build_in_one_line(layout):
+    template = layout.root / "paper" / "negative_results.md"
+    template.write_text(template.read_text() + "\nAnd {{ci@nosuch:per_block_gap}}.\n")
+    r = layout("--check")
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == ["negative_results.md: no campaign aliased 'nosuch' in paper/shown.txt"]
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (f"{ZOO} Zoo\n", "alias 'Zoo' is not"),
+        (f"{ZOO} zoo\nruns/sim zoo\n", "line 2: campaign runs/sim: alias 'zoo' is"),
+    ],
+)
+def test_a_malformed_or_repeated_alias_is_refused(build, tmp_path, monkeypatch, text, why):
+    (tmp_path / "shown.txt").write_text(text)
+    monkeypatch.setattr(build, "SHOWN_FILE", tmp_path / "shown.txt")
+    with pytest.raises(SystemExit, match=re.escape(why)):
+        build.aliases()
