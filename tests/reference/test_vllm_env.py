@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROBE = r"""
 import importlib.abc, importlib.metadata as md, json, os, re, sys, sysconfig, tomllib
+from importlib.machinery import PathFinder
 from packaging.requirements import Requirement
 
 venv = os.path.realpath(sys.prefix)
@@ -50,28 +51,48 @@ def in_venv(d):
 
 mine = {t for d in md.distributions() if in_venv(d) for t in tops(d)}
 blocked = {}  # top-level module -> distribution, for base-image packages outside the declared set
+gone = set()  # those distributions' names: their metadata is absent too
 for d in md.distributions():
     if in_venv(d) or norm(d.metadata["Name"]) in declared:
         continue
+    gone.add(norm(d.metadata["Name"]))
     for t in tops(d):
         if t not in mine:  # the venv's own copy shadows the base image's
             blocked.setdefault(t, d.metadata["Name"])
 
-class Block(importlib.abc.MetaPathFinder):
+class Absent(importlib.abc.MetaPathFinder):
+    # The path finder with the blocked base-image packages absent, as a plain venv lacks them: find_spec gives
+    # None (an availability probe, like accelerate's for boto3, reads "not installed") and an import raises
+    # ModuleNotFoundError, named below.
     def find_spec(self, name, path, target=None):
-        top = name.split(".")[0]
-        if top in blocked:
-            raise ModuleNotFoundError(f"{name} (base image's {blocked[top]})", name=name)
+        if name.split(".")[0] in blocked:
+            return None
+        return PathFinder.find_spec(name, path, target)
 
-sys.meta_path.insert(0, Block())
+    def find_distributions(self, context=md.DistributionFinder.Context()):
+        found = PathFinder.find_distributions(context)
+        return (d for d in found if in_venv(d) or norm(d.metadata["Name"]) not in gone)
+
+    def invalidate_caches(self):
+        PathFinder.invalidate_caches()
+
+sys.meta_path[:] = [Absent() if f is PathFinder else f for f in sys.meta_path]
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-from vllm import LLM, SamplingParams, TokensPrompt
-import vllm.v1.engine.core, vllm.v1.worker.cpu_model_runner
-import vllm.v1.spec_decode.ngram_proposer, vllm.v1.spec_decode.suffix_decoding, vllm.v1.spec_decode.eagle
-import vllm.v1.spec_decode.medusa, vllm.model_executor.models.llama_eagle3, vllm.model_executor.models.medusa
-import arctic_inference.suffix_decoding
+try:
+    from vllm import LLM, SamplingParams, TokensPrompt
+    import vllm.v1.engine.core, vllm.v1.worker.cpu_model_runner
+    import vllm.v1.spec_decode.ngram_proposer, vllm.v1.spec_decode.suffix_decoding, vllm.v1.spec_decode.eagle
+    import vllm.v1.spec_decode.medusa, vllm.model_executor.models.llama_eagle3, vllm.model_executor.models.medusa
+    import arctic_inference.suffix_decoding
+except ModuleNotFoundError as e:
+    top = (e.name or "").split(".")[0]
+    if top in blocked:
+        raise ModuleNotFoundError(f"{e.name} (base image's {blocked[top]})", name=e.name) from e
+    raise
 own = {m: os.path.realpath(sys.modules[m].__file__).startswith(venv) for m in ("requests", "urllib3", "cpuinfo", "psutil")}
-print(json.dumps({"blocked": len(blocked), "own": own}))
+import importlib.util
+absent = all(importlib.util.find_spec(t) is None for t in sorted(blocked)[:50])  # the block bites, as a probe sees it
+print(json.dumps({"blocked": len(blocked), "own": own, "absent": absent}))
 """
 
 
@@ -90,4 +111,5 @@ def test_vllm_imports_only_the_venv_and_the_declared_environment():
         "cpuinfo": True,
         "psutil": True,
     }  # never the base image's copies
+    assert res["absent"] is True  # and those packages are absent to the import system, not merely refused
     assert res["blocked"] > 0  # the base image does hold packages the project does not declare: the check bites
