@@ -1,10 +1,11 @@
-"""What the vLLM bridge scripts share (bench/vllm_crosscheck.py, vllm_timing.py, vllm_heads.py): the zoo target, the
-prompts tokenized as the harness does, transformers' greedy outputs, a vLLM LLM on the target, its counters, and our
-sweep on the same prompts. vLLM itself is imported only inside the functions that need it (the tier's venv)."""
+"""What the vLLM bridge scripts share (bench/vllm_crosscheck.py, vllm_timing.py, vllm_heads.py): the target (the zoo
+target unless a caller passes another model directory, e.g. the converted SmolLM2-135M-Instruct), the prompts
+tokenized as the harness does, transformers' greedy outputs, a vLLM LLM on the target, its counters, our sweep on the
+same prompts, and the outputs of a sweep's run (a fresh one, or an existing campaign's parts). vLLM itself is imported
+only inside the functions that need it (the tier's venv)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,14 +20,18 @@ TARGET = REPO / "zoo" / "target"
 ENGINE = "vllm 0.32.0 cpu"
 
 
-def load_prompts(workloads: list[str], limit: int, target: Path = TARGET) -> list[tuple[str, str, list[int]]]:
-    """(workload, prompt_id, token ids) tokenized as the harness does (workloads.PromptItem.token_ids)."""
+def load_prompts(
+    workloads: list[str], limit: int, target: Path = TARGET, models: str | None = None
+) -> list[tuple[str, str, list[int]]]:
+    """(workload, prompt_id, token ids) tokenized as the harness does (workloads.PromptItem.token_ids), with the
+    target's tokenizer (its chat template for chat-form prompts); `models`: the models root, a data root of the
+    benchmark files (workloads.py), as the sweep's --models."""
     from transformers import AutoTokenizer
 
     import workloads as wl
 
     tok = AutoTokenizer.from_pretrained(target)
-    return [(p.workload, p.prompt_id, p.token_ids(tok)) for p in wl.load(workloads, limit=limit)]
+    return [(p.workload, p.prompt_id, p.token_ids(tok)) for p in wl.load(workloads, limit=limit, models=models)]
 
 
 def hf_greedy(prompts: list[list[int]], max_new: int, target: Path = TARGET) -> list[list[int]]:
@@ -120,12 +125,24 @@ def vllm_per_position(m: dict, k: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------- ours
-def run_sweep(workloads: list[str], limit: int, k: int, max_new: int, drafters: list[str], out: Path, extra=()):
-    """Our dense sweep on the same prompts (a fresh run directory; sweep.py in this interpreter)."""
+def run_sweep(
+    workloads: list[str],
+    limit: int,
+    k: int,
+    max_new: int,
+    drafters: list[str],
+    out: Path,
+    extra=(),
+    target: Path = TARGET,
+    models: str | None = None,
+):
+    """Our dense sweep on the same prompts (a fresh run directory; sweep.py in this interpreter) on `target`;
+    `models`: the sweep's --models (a data root of the benchmark files)."""
     import shutil
 
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, str(REPO / "sweep.py"), "--target", str(TARGET), "--mode", "dense"]
+    cmd = [sys.executable, str(REPO / "sweep.py"), "--target", str(target), "--mode", "dense"]
+    cmd += ["--models", str(models)] if models is not None else []
     for d in drafters:
         cmd += ["--drafter", d]
     cmd += ["--workloads", ",".join(workloads), "--limit", str(limit), "--k", str(k)]
@@ -134,12 +151,16 @@ def run_sweep(workloads: list[str], limit: int, k: int, max_new: int, drafters: 
     return out
 
 
-def our_outputs(run: Path) -> dict[str, list[int]]:
-    """The output of every prompt of our run, by workload/prompt_id (the sweep's progress.jsonl keeps it)."""
+def our_outputs(run: Path, sha: bool = False) -> dict:
+    """The output of every finished prompt of our run, by workload/prompt_id: the sweep's progress.jsonl keeps it,
+    and each shard's progress-sIofN.jsonl in a sharded campaign (harness/shards.py: a record counts once its line
+    is whole). sha: (output, the prompt's token-id hash the line records, or None) instead."""
+    from harness import shards
+
     out = {}
-    with open(run / "progress.jsonl") as fh:
-        for line in fh:
-            r = json.loads(line)
+    for tag in shards.find_parts(run):
+        for r, _ in shards.read_progress(run / shards.progress_name(tag)):
             if "output" in r:
-                out[f"{r['workload']}/{r['prompt_id']}"] = list(r["output"])
+                key, y = f"{r['workload']}/{r['prompt_id']}", list(r["output"])
+                out[key] = (y, r.get("sha")) if sha else y
     return out

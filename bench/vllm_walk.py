@@ -25,6 +25,7 @@ uncut draft (`full_draft`) and the target's tokens past the end (`verify`) give 
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -119,16 +120,32 @@ def is_zero(gap: dict) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- the dense log
-def read_dense(run: Path, drafter: str) -> dict[str, list[tuple[list[int], int]]]:
+def dense_files(run: Path) -> list[Path]:
+    """A run's dense block logs: blocks_dense*.jsonl (every part of a sharded campaign), and the .jsonl.gz of any
+    not there uncompressed (a finished campaign may be compressed)."""
+    plain = sorted(Path(run).glob("blocks_dense*.jsonl"))
+    return plain + [p for p in sorted(Path(run).glob("blocks_dense*.jsonl.gz")) if p.with_suffix("") not in plain]
+
+
+def read_dense(run: Path, drafter: str, keys: set[str] | None = None) -> dict[str, list[tuple[list[int], int]]]:
     """{workload/prompt_id: [(draft tokens, accepted) by output position]} of one drafter, read straight from a
-    sweep's blocks_dense*.jsonl (no bandit reader: an independent walk)."""
+    sweep's dense block logs (no bandit reader: an independent walk); keys: only these prompts (an existing
+    campaign's log may end in a prompt a kill left unfinished)."""
     out: dict[str, dict[int, tuple[list[int], int]]] = {}
-    for f in sorted(Path(run).glob("blocks_dense*.jsonl")):
-        with open(f) as fh:
+    for f in dense_files(run):
+        with gzip.open(f, "rt") if f.suffix == ".gz" else open(f) as fh:
             for line in fh:
-                r = json.loads(line)
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    if keys is None:
+                        raise
+                    break  # a line torn by a kill: past every finished prompt
+                key = f"{r['workload']}/{r['prompt_id']}"
+                if keys is not None and key not in keys:
+                    continue
                 d = r["drafts"][drafter]
-                out.setdefault(f"{r['workload']}/{r['prompt_id']}", {})[int(r["pos"])] = (d["tokens"], d["accepted"])
+                out.setdefault(key, {})[int(r["pos"])] = (d["tokens"], d["accepted"])
     res = {}
     for key, rows in out.items():
         if sorted(rows) != list(range(len(rows))):
