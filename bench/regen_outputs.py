@@ -52,21 +52,23 @@ def read_run(run: Path) -> tuple[dict, dict, list[dict]]:
         raise InputError(f"{run}: settings.json has no max_new_tokens (or manifest.json is not an object)")
     if (m.get("temperature") or 0) > 0:
         raise InputError(f"{run}: decoded at temperature {m['temperature']}: its outputs are samples, not greedy")
-    path = run / "outputs.jsonl"
-    if not path.is_file():
+    paths = sorted(run.glob("outputs*.jsonl"))  # outputs.jsonl (one process), outputs-sIofN.jsonl (shard I of N)
+    if not paths:
         raise InputError(f"{run}: no outputs.jsonl (a run from before it: python -m harness.outputs {run})")
     lines = []
-    # after the last newline: nothing, or the line a running (or killed) sweep has not finished writing
-    for n, raw in enumerate(path.read_text().split("\n")[:-1], 1):
-        try:
-            rec = json.loads(raw)
-            ok = isinstance(rec, dict) and all(f in rec for f in FIELDS)
-            ok = ok and all(isinstance(t, int) for t in rec["prompt_ids"] + rec["output_ids"]) and rec["prompt_ids"]
-        except (ValueError, TypeError):
-            ok = False
-        if not ok:
-            raise InputError(f"{path}:{n}: malformed line (want JSON with {', '.join(FIELDS)}, token ids as ints)")
-        lines.append(rec)
+    for path in paths:
+        # after the last newline: nothing, or the line a running (or killed) sweep has not finished writing
+        for n, raw in enumerate(path.read_text().split("\n")[:-1], 1):
+            try:
+                rec = json.loads(raw)
+                ok = isinstance(rec, dict) and all(f in rec for f in FIELDS)
+                ok = ok and all(isinstance(t, int) for t in rec["prompt_ids"] + rec["output_ids"])
+                ok = ok and rec["prompt_ids"]
+            except (ValueError, TypeError):
+                ok = False
+            if not ok:
+                raise InputError(f"{path}:{n}: malformed line (want JSON with {', '.join(FIELDS)}, token ids as ints)")
+            lines.append(rec)
     return m, s, lines
 
 

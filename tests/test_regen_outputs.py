@@ -38,7 +38,7 @@ def test_zoo_run_regenerates_exactly_from_the_safetensors_target(regen, capsys):
 
 
 def _smollm2_run() -> Path:
-    runs = sorted(p.parent for p in REPO.glob("runs/smollm2-*/outputs.jsonl") if p.stat().st_size)
+    runs = sorted({p.parent for p in REPO.glob("runs/smollm2-*/outputs*.jsonl") if p.stat().st_size})
     if not runs:
         pytest.skip("no runs/smollm2-*/outputs.jsonl yet (python -m harness.smollm2 makes one)")
     return runs[-1]  # the newest: the directory names end in the date
@@ -124,3 +124,14 @@ def test_a_gguf_other_than_the_runs_source_is_refused_before_loading(regen, caps
     code, err = _fails(regen, capsys, [str(run), "--gguf", str(tmp_path / "x.gguf")])
     assert code == 1 and err.count("\n") == 1
     assert "is not the run's source 0000000000000000... (manifest target.converted_from)" in err
+
+
+def test_every_part_of_a_sharded_run_is_read(regen, tmp_path):
+    """A campaign run as shards keeps one outputs file per part (outputs-sIofN.jsonl): every line of every part."""
+    run, _ = _planted(tmp_path)
+    one = regen.read_run(run)[2]
+    lines = (run / "outputs.jsonl").read_text().splitlines(keepends=True)
+    (run / "outputs.jsonl").unlink()
+    (run / "outputs-s0of2.jsonl").write_text(lines[0])
+    (run / "outputs-s1of2.jsonl").write_text(lines[1])
+    assert sorted(map(json.dumps, regen.read_run(run)[2])) == sorted(map(json.dumps, one)) and len(one) == 2
