@@ -56,6 +56,17 @@ def _cal_error(path: Path, msg: str) -> InputError:
     return InputError(f"{path}: {msg}")
 
 
+def unmapped(t, cal: Calibration) -> str | None:
+    """Why the calibration cannot be compared with the logs `t` (its [workloads] or [arms] do not map onto
+    them), or None: the mapping is an assumption fixed before the comparison, never guessed here."""
+    unmapped_w = [w for w in t.workloads if w not in cal.workloads.values()]
+    if unmapped_w:
+        return f"{Path(cal.path).name}: [workloads] maps no calibration workload onto the logs' {unmapped_w}"
+    if sum(d in cal.arms.values() for d in t.drafters) < 2:
+        return f"{Path(cal.path).name}: [arms] maps fewer than two drafters onto the logs' {list(t.drafters)}"
+    return None
+
+
 def read_calibration(path: str | Path = CALIBRATION) -> Calibration:
     """Read a calibration file (TOML or JSON): `[sim]` SimConfig keys; then either `[mean_accepted]` (a table
     of mean accepted tokens per block, workload x drafter, with `[arms]` and `[workloads]` mapping its names
@@ -420,13 +431,11 @@ def falsify(
             "block set, which a sparse log does not have)"
         )
     cal = read_calibration(calibration)
-    unmapped_w = [w for w in t.workloads if w not in cal.workloads.values()]
-    if unmapped_w:
-        raise ValueError(f"{cal.path}: [workloads] maps no calibration workload onto the logs' {unmapped_w}")
+    why = unmapped(t, cal)
+    if why:
+        raise ValueError(why)
     compared = tuple(d for d in t.drafters if d in cal.arms.values())
     left_out = tuple(d for d in t.drafters if d not in cal.arms.values())
-    if len(compared) < 2:
-        raise ValueError(f"{cal.path}: [arms] maps fewer than two drafters onto the logs' {list(t.drafters)}")
     tm = t.select_drafters(compared)
     cal_sub = _subset(cal.cfg, t.workloads, compared)
     assumed = replace(cal_sub, **logs_design(tm), dense=True)
