@@ -75,7 +75,7 @@ def live_figures(run: Path) -> dict[str, dict[str, float]]:
     return tot
 
 
-def table(run: Path, layers: list[int], k: int) -> list[dict]:
+def table(run: Path, layers: list[int]) -> list[dict]:
     acc, live = dense_acceptance(run), live_figures(run)
     plain = live["plain"]
     step_ms = plain["verify_ms"] / plain["passes"]  # one plain decoding step: a one-token target forward
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the table here")
     a = ap.parse_args(argv)
     run = sweep(a)
-    rows = table(run, a.layers, a.k)
+    rows = table(run, a.layers)
     m = json.loads((run / "manifest.json").read_text())
     print(f"\nlayer-skip drafter on {m['target']['name']} ({m['hardware'].get('cpu', '?')}), k={a.k}, "
           f"{a.per_workload} prompts per workload of {a.workloads} [MEASURED; small sample, no intervals]")  # fmt: skip

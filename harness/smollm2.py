@@ -173,7 +173,7 @@ def main(argv=None) -> None:
             run_side_by_side([sweep_command(models, out, (i, a.shards)) for i in range(a.shards)], a.dry)
         run(sweep_command(models, out), a.dry)
     if a.stage in ("all", "card"):
-        heads = [a for h in ("medusa", "eagle") for a in ("--heads", str(models / HEADS / h))]
+        heads = [w for h in ("medusa", "eagle") for w in ("--heads", str(models / HEADS / h))]
         run([sys.executable, "-m", "zoo.runcard", str(out), *heads], a.dry)
 
 

@@ -28,7 +28,7 @@ def test_the_table_matches_a_hand_count(tmp_path):
         _live("fixed:ls8", 150, 1000.0, 50, 500.0, {"ls8": 50}, {"ls8": 300.0}),
     ]
     (tmp_path / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live))
-    rows = {r["layers"]: r for r in layerskip.table(tmp_path, [4, 8], 4)}
+    rows = {r["layers"]: r for r in layerskip.table(tmp_path, [4, 8])}
     assert rows[4]["mean_accepted"] == pytest.approx(1.0) and rows[8]["mean_accepted"] == pytest.approx(3.0)
     assert rows[4]["tokens_per_pass"] == pytest.approx(150 / 90) and rows[8]["tokens_per_pass"] == pytest.approx(3.0)
     assert rows[4]["draft_ms_per_call"] == pytest.approx(3.0) and rows[8]["call_over_plain_step"] == pytest.approx(

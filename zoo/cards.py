@@ -224,11 +224,16 @@ def output_stats(progress_path) -> dict[str, dict[str, int]]:
                 continue
             if not isinstance(out, list):
                 raise ValueError(f"{path}:{lineno}: output is not a list of token ids")
-            s["n"] += 1
-            s["ge16"] += len(out) >= MIN_OUTPUT
-            s["loop"] += ends_in_loop(out)
-            s["tokens"] += len(out)
+            count_output(s, out)
     return stats
+
+
+def count_output(s: dict[str, int], out: list) -> None:
+    """Add one output's counts to a workload's stats (n, ge16, loop, tokens; see `output_stats`)."""
+    s["n"] += 1
+    s["ge16"] += len(out) >= MIN_OUTPUT
+    s["loop"] += ends_in_loop(out)
+    s["tokens"] += len(out)
 
 
 def _pct(k: int, n: int) -> str:
@@ -282,7 +287,7 @@ def output_gates(stats: dict) -> list[tuple[str, bool, str]]:
     ]
 
 
-def _output_table(stats: dict) -> str:
+def output_table(stats: dict) -> str:
     rows = [
         f"| workload | prompts | >= {MIN_OUTPUT} output tokens | ends in a loop | mean output length |",
         "|---|---|---|---|---|",
@@ -346,7 +351,7 @@ def acceptance(run) -> tuple[str, list[tuple[str, bool, str]]]:
         f"repeated {LOOP_REPEATS} times; `zoo.cards.ends_in_loop`), mean output length in tokens"
         + (f" ({missing:,} progress lines without outputs skipped)" if missing else "")
         + ".\n\n"
-        + _output_table(stats)
+        + output_table(stats)
     )
     tab = {w: dict(zip(D, row)) for w, row in zip(W, table)}
     gates = []

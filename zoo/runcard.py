@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bandit.logs.safeio import write_text
 
-from .cards import MIN_OUTPUT, ends_in_loop, output_gates
+from .cards import count_output, output_gates, output_table
 
 CARD = "CARD.md"
 
@@ -62,16 +62,8 @@ def output_stats(run: Path) -> dict[str, dict[str, int]]:
                 raise CardError(f"{f}:{lineno}: not an outputs line (workload, output_ids)") from None
             if not isinstance(wl, str) or not isinstance(out, list):
                 raise CardError(f"{f}:{lineno}: workload must be a string and output_ids a list")
-            s = stats.setdefault(wl, dict(n=0, ge16=0, loop=0, tokens=0))
-            s["n"] += 1
-            s["ge16"] += len(out) >= MIN_OUTPUT
-            s["loop"] += ends_in_loop(out)
-            s["tokens"] += len(out)
+            count_output(stats.setdefault(wl, dict(n=0, ge16=0, loop=0, tokens=0)), out)
     return stats
-
-
-def _pct(k: int, n: int) -> str:
-    return f"{100 * k / n:.1f}%" if n else "-"
 
 
 def target_lines(m: dict) -> list[str]:
@@ -87,14 +79,7 @@ def target_lines(m: dict) -> list[str]:
 
 
 def gates_lines(stats: dict) -> tuple[list[str], bool]:
-    rows = [
-        "| workload | prompts | >= 16 output tokens | ends in a loop | mean output length |",
-        "|---|---|---|---|---|",
-    ]
-    pooled = {k: sum(s[k] for s in stats.values()) for k in ("n", "ge16", "loop", "tokens")}
-    for w, s in [*stats.items(), ("pooled", pooled)]:
-        mean = f"{s['tokens'] / s['n']:.1f}" if s["n"] else "-"
-        rows.append(f"| {w} | {s['n']} | {_pct(s['ge16'], s['n'])} | {_pct(s['loop'], s['n'])} | {mean} |")
+    rows = output_table(stats).splitlines()
     gates = output_gates(stats)
     rows += [""] + [f"- {'PASS' if ok else 'FAIL'}: {name} ({detail})" for name, ok, detail in gates]
     return rows, all(ok for _, ok, _ in gates)
