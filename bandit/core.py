@@ -212,9 +212,9 @@ def main(
     sections.append(lambda: hedge_slope_line(t, order_seeds, progress))
     if run_timing(t).verify_ms:
         sections.append(lambda: "\n".join(multi_sequence_lines(t, n_resamples, seed, progress=progress)))
-    why = unmapped(t, read_calibration()) if t.dense else None
-    if why:  # e.g. logs whose workloads the research README's table does not name: no mapping is guessed
-        sections.append(lambda: f"{tag(t.label)} falsification skipped: {why}")
+    skip = unmapped(t, read_calibration()) if t.dense else None
+    if skip:  # e.g. logs whose workloads the research README's table does not name: no mapping is guessed
+        sections.append(lambda: f"{tag(t.label)} falsification skipped: {skip}")
     elif t.dense:  # the simulated campaigns have no live phase: the logs' primary by the same token proxy
         sections.append(
             lambda: falsify(
