@@ -3,6 +3,7 @@
     python bench/bench_live.py                               # the harness half (the default environment)
     python bench/bench_live.py --profile                     # + ms per live block and per plain step, by part
     python bench/bench_live.py --hf                          # + transformers' prompt lookup on the same prompts
+    python bench/bench_live.py --hf-assist 10 --target DIR   # + transformers' assisted generation (first 10 layers)
     .venv-tier-vllm/bin/python bench/bench_live.py --vllm    # + vLLM's half, side by side (the vllm tier)
 
 Both halves decode the same prompts (the first --limit of each workload, code and copy by default, tokenized as the
@@ -28,6 +29,11 @@ Target (issue 25): the harness's realised speedup within 10% of vLLM's (harness 
 --hf: transformers `generate(prompt_lookup_num_tokens=k)` (its default matching, greedy, the target's eos ids) and
 plain `generate()` on the same prompts against the live loop and Target.generate, equal work checked the same way.
 
+--hf-assist L: transformers' assisted generation, k tokens per draft (schedule constant, no confidence cut-off), with
+the target's first L layers drafting, against the live loop with `layerskip:layers=L` (the same drafter): as
+`generate(assistant_model=M)`, M those layers (with the final norm and lm_head) as a model of their own, weights
+shared; and as `generate(assistant_early_exit=L)`. Equal work checked against the live loop's outputs.
+
 --profile: one extra pass of each decoding with wall clocks at the seams of a live block (the drafter's draft, the
 model forward of trunk + draft, the rest of Target.verify, the cache moves, the prefill) and of a plain step; the
 rest of the block is the engine's Python (records, bookkeeping). The clocks cost a few microseconds each.
@@ -42,6 +48,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,6 +251,86 @@ def hf_compare(h: Harness, args, live_outputs: list[list[int]]) -> dict:
     }
 
 
+@contextmanager
+def _assistant_settings(model, k: int):
+    """transformers reads an assistant's draft length from the assistant's own generation_config: k drafted tokens
+    at every step (schedule constant, no confidence cut-off), as the live loop drafts; restored after."""
+    gc = model.generation_config
+    keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    saved = {n: getattr(gc, n, None) for n in keys}
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = k, "constant", 0.0
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(gc, n, v)
+
+
+def hf_assist(h: Harness, args, live_plain: list[list[int]]) -> dict:
+    """transformers' assisted generation with the target's first L layers drafting, against the live loop with
+    `layerskip:layers=L` (the same drafter: those layers, the final norm and lm_head, its own cache), k tokens per
+    draft on both sides, equal work checked: `generate(assistant_model=M)` with M the first L layers as a model of
+    their own (weights shared, harness.drafters.layerskip.early_exit_model), and `generate(assistant_early_exit=L)`
+    (transformers' self-speculation, the target's own object with L layers)."""
+    import transformers
+
+    from harness.drafters.layerskip import early_exit_model
+
+    transformers.logging.set_verbosity_error()
+    L, k = args.hf_assist, args.k
+    env = DrafterEnv(h.model, h.tok, args.target)
+    engine = Engine(h.target, build_drafters([parse_spec(f"ls=layerskip:layers={L}")], env), RunConfig("live", k, h.n))
+    assistant = early_exit_model(h.model, L, "--hf-assist")
+    eos = sorted(h.target.eos)
+    pad = h.tok.pad_token_id if h.tok.pad_token_id is not None else (eos[0] if eos else None)
+    kw = dict(max_new_tokens=h.n, do_sample=False, eos_token_id=eos or None, pad_token_id=pad)
+
+    def gen(drafter, **extra):
+        def go():
+            with torch.inference_mode(), _assistant_settings(drafter, k):
+                out = []
+                for p in h.prompts:
+                    t = torch.tensor([p])
+                    y = h.model.generate(t, attention_mask=torch.ones_like(t), **kw, **extra)
+                    out.append(y[0, len(p) :].tolist())
+                return out
+
+        return go
+
+    def live():
+        res = [engine.run_prompt("bench", str(i), p) for i, p in enumerate(h.prompts)]
+        live.blocks = sum(len(x.records) for x in res)
+        return [x.output for x in res]
+
+    fns = {
+        "hf_assistant_model": gen(assistant, assistant_model=assistant),
+        "live_layerskip": live,
+        "hf_early_exit": gen(h.model, assistant_early_exit=L),
+    }
+    for f in fns.values():
+        f()  # warm-up
+    r = alternate(fns, args.reps)
+    med = {n: statistics.median(v[1]) for n, v in r.items()}
+    eq = {
+        n: first_difference(r["live_layerskip"][0], r[n][0]) or "yes" for n in ("hf_assistant_model", "hf_early_exit")
+    }
+    eq["plain"] = first_difference(r["live_layerskip"][0], live_plain) or "yes"
+    tokens = sum(map(len, r["live_layerskip"][0]))
+    return {
+        "layers": L,
+        "seconds": med,
+        "equal_work": eq,
+        "tokens": tokens,
+        "live_blocks": live.blocks,
+        "live_over_hf_assistant_model": med["hf_assistant_model"] / med["live_layerskip"]
+        if eq["hf_assistant_model"] == "yes"
+        else None,
+        "live_over_hf_early_exit": med["hf_early_exit"] / med["live_layerskip"]
+        if eq["hf_early_exit"] == "yes"
+        else None,
+    }
+
+
 # ---------------------------------------------------------------------------------------------------------- vLLM
 def vllm_half(args, prompts: list[list[int]], reference: list[list[int]]) -> dict:
     """vLLM plain and vLLM ngram, one request at a time; outputs checked against the harness's. In-process by
@@ -327,6 +414,17 @@ def print_report(out: dict) -> None:
         print(f"  Target.generate {sec['plain']:.3f} s vs generate() {sec['hf_plain']:.3f} s: "
               f"{_fmt(hf['plain_over_hf_plain'], '.2f')}x (equal work: {hf['equal_work_plain']}); transformers' own "
               f"prompt lookup over its plain generate(): {_fmt(hf['hf_lookup_over_hf_plain'], '.2f')}x")  # fmt: skip
+    ha = out.get("hf_assist")
+    if ha:
+        sec, eq = ha["seconds"], ha["equal_work"]
+        print(f"transformers assisted generation, the target's first {ha['layers']} layers drafting {s['k']} tokens, "
+              f"{ha['tokens']} tokens (median seconds; live loop: layerskip:layers={ha['layers']}, {ha['live_blocks']} blocks):")  # fmt: skip
+        print(f"  live loop {sec['live_layerskip']:.3f} s vs generate(assistant_model=first {ha['layers']} layers) "
+              f"{sec['hf_assistant_model']:.3f} s: {_fmt(ha['live_over_hf_assistant_model'], '.2f')}x "
+              f"(target >= 1.0x; equal work: {eq['hf_assistant_model']})")  # fmt: skip
+        print(f"  live loop vs generate(assistant_early_exit={ha['layers']}) {sec['hf_early_exit']:.3f} s: "
+              f"{_fmt(ha['live_over_hf_early_exit'], '.2f')}x (target >= 1.0x; equal work: {eq['hf_early_exit']}); "
+              f"outputs equal to plain decoding: {eq['plain']}")  # fmt: skip
     prof = out.get("profile")
     if prof:
         lb, pt = prof["live_ms_per_block"], prof["plain_ms_per_token"]
@@ -351,6 +449,9 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-engine", choices=("inproc", "mp"), default="inproc",
                     help="vLLM's engine in this process (default), or LLM's default engine-core process")  # fmt: skip
     ap.add_argument("--hf", action="store_true", help="also transformers' prompt lookup")
+    ap.add_argument("--hf-assist", type=int, metavar="L", default=None,
+                    help="also transformers' assisted generation with the target's first L layers drafting, against "
+                    "the live loop with layerskip:layers=L")  # fmt: skip
     ap.add_argument("--profile", action="store_true", help="also ms per live block by part")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     a = ap.parse_args(argv)
@@ -370,6 +471,8 @@ def main(argv=None) -> int:
         out["profile"] = profile(h, max(1, a.reps // 2))
     if a.hf:
         out["hf"] = hf_compare(h, a, out["harness"]["outputs"])
+    if a.hf_assist is not None:
+        out["hf_assist"] = hf_assist(h, a, out["harness"]["outputs"])
     if a.vllm:
         out["vllm"] = vllm_half(a, prompts, out["harness"]["outputs"])
         hs, vs = out["harness"]["speedup"], out["vllm"]["speedup"]

@@ -20,8 +20,10 @@ Draft length at output position pos is min(k, max_new_tokens - 1 - pos) in every
 block never overruns the budget and the three modes see the same prefixes and drafts.
 
 Target hidden states: the engine asks the target, in every forward, for the union of what its
-drafters declare (`drafters.feature_layers`; "last" always, it is free: the lm_head's input)
-and keeps one buffer per key over the prompt's positions.
+drafters declare (`drafters.feature_layers`) and keeps one buffer per key over the prompt's positions;
+"last" (the lm_head's input) too in dense mode and with `states=True` (PromptResult.hidden and .state then
+hold it). A sparse or live run whose drafters read nothing (lookups) taps nothing: its forwards are plain
+decoding's, with no hook, and its prefill computes the last row's logits only, as `Target.generate` does.
 
 The target check (`check=True`; sweep.py turns it on): after each prompt, one teacher-forced
 verification forward over its final sequence (prompt + output, one chain after the trunk, the shape
@@ -105,7 +107,9 @@ class PromptResult:
     records: list[dict]
     output: list[int]
     timings: dict = field(default_factory=dict)  # live/sparse: raw wall times for calibration
-    state: tuple | None = None  # sparse/live: ("last" target state (len(ids)-1, H), cache over ids[:-1])
+    state: tuple | None = (
+        None  # sparse/live: ("last" state (len(ids)-1, H) or None when not tapped, cache over ids[:-1])
+    )
     hidden: dict = field(default_factory=dict)  # sparse/live: every tapped state, key -> (len(ids)-1, H)
     check: dict | None = None  # the target check: {"tokens", "disagreements", "first"} (None: not run)
 
@@ -121,11 +125,13 @@ class Engine:
         best_of_n: bool = False,
         check: bool = False,
         timing: Timing | None = None,
+        states: bool = False,
     ):
         cfg.check(list(drafters))
         self.target, self.drafters, self.cfg, self.policy = target, drafters, cfg, policy
         self.best_of_n = best_of_n
         self.check = check  # the target check after each prompt (see the module's doc)
+        self.states = states or cfg.mode == "dense"  # keep the "last" state of every position (module doc)
         self.taps = self._taps()
         if best_of_n and (cfg.mode != "live" or policy is not None):
             raise HarnessError("best-of-N is a live mode without a policy")
@@ -147,8 +153,9 @@ class Engine:
                 policy.reset(self.names, self.workloads)
 
     def _taps(self) -> frozenset:
-        """The union of the drafters' declared target states, checked against the target."""
-        keys = frozenset({LAST}).union(*(feature_layers(d) for d in self.drafters.values()))
+        """The union of the drafters' declared target states (and "last" when states are kept), checked against
+        the target."""
+        keys = frozenset({LAST} if self.states else ()).union(*(feature_layers(d) for d in self.drafters.values()))
         n = int(getattr(self.target.model.config, "num_hidden_layers", 0) or 0)
         for key in keys - {LAST}:
             lm.parse_tap(key, n)
@@ -280,7 +287,7 @@ class Engine:
         while len(y) < cfg.max_new_tokens:
             pos = len(y)
             k = min(cfg.k, cfg.max_new_tokens - 1 - pos)
-            pre = Prefix(ids, len(prompt), fbuf[LAST], pkey, T, 0, fbuf)
+            pre = Prefix(ids, len(prompt), fbuf.get(LAST), pkey, T, 0, fbuf)
             drafts, ms, uncut = {}, {}, {}
             dlen, dfeat, ctx = None, None, None  # the policy's context (no policy: none is built)
             if pol is not None:  # lookup drafts are cheap and known before choosing: made (and timed) at every block
@@ -377,7 +384,7 @@ class Engine:
             r["drafts"] = {n: r["drafts"][n] for n in self.names if n in r["drafts"]}
         lm.crop(cache, len(ids) - 1)  # an accepted EOS left its own key in: cover ids[:-1] exactly
         hidden = {key: v[: len(ids) - 1] for key, v in fbuf.items()}
-        return PromptResult(recs, y, timings, (hidden[LAST], cache), hidden)
+        return PromptResult(recs, y, timings, (hidden.get(LAST), cache), hidden)
 
 
 def _put(buf: dict, at: int, feats: dict) -> None:

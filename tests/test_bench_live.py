@@ -32,7 +32,24 @@ def run(bench, tmp_path_factory):
 
     before = (lm.forward, lm.move_span, lm.crop, Target.verify)
     out = tmp_path_factory.mktemp("bench_live") / "out.json"
-    assert bench.main(["--limit", "1", "--reps", "1", "--max-new-tokens", "48", "--profile", "--json", str(out)]) == 0
+    assert (
+        bench.main(
+            [
+                "--limit",
+                "1",
+                "--reps",
+                "1",
+                "--max-new-tokens",
+                "48",
+                "--profile",
+                "--hf-assist",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert (lm.forward, lm.move_span, lm.crop, Target.verify) == before  # the profile's clocks are gone again
     return json.loads(out.read_text())
 
@@ -55,6 +72,33 @@ def test_profile_accounts_for_a_block(run):
     assert parts == pytest.approx(p["total"], rel=1e-6)
     assert p["forward"] > 0 and p["draft"] > 0
     assert run["profile"]["plain_ms_per_token"]["forward"] > 0
+
+
+def test_assisted_generation_is_compared_on_equal_work(run):
+    """transformers' assisted generation (the first layer drafting, as a model of its own and as early exit) makes
+    the live loop's outputs, which are plain decoding's: the ratios are computed, the assistant's settings restored."""
+    ha = run["hf_assist"]
+    assert ha["layers"] == 1 and ha["equal_work"] == {
+        "hf_assistant_model": "yes",
+        "hf_early_exit": "yes",
+        "plain": "yes",
+    }
+    sec = ha["seconds"]
+    assert ha["live_over_hf_early_exit"] == pytest.approx(sec["hf_early_exit"] / sec["live_layerskip"])
+    assert ha["live_over_hf_assistant_model"] == pytest.approx(sec["hf_assistant_model"] / sec["live_layerskip"])
+    assert ha["tokens"] == run["harness"]["tokens"] and 0 < ha["live_blocks"] <= ha["tokens"]
+
+
+def test_assistant_settings_are_restored(bench):
+    from harness import lm
+
+    model = lm.load_lm(REPO / "zoo" / "target")
+    gc = model.generation_config
+    before = (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold)
+    with bench._assistant_settings(model, 3):
+        assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule) == (3, "constant")
+        assert gc.assistant_confidence_threshold == 0.0
+    assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold) == before
 
 
 def test_a_ratio_needs_identical_outputs(bench):

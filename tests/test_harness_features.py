@@ -102,7 +102,31 @@ def test_taps_are_checked_and_declared(zoo):
     eng = Engine(Target(zoo["model"], zoo["tok"]), d, RunConfig("dense", K, MAX_NEW))
     assert eng.taps == {"last", "in:0", "in:1", "in:2", "in:3"}  # the union, plus the free "last"
     lean = Engine(Target(zoo["model"], zoo["tok"]), {"ng": d["ng"]}, RunConfig("live", K, MAX_NEW))
-    assert lean.taps == {"last"}  # no layer hook for drafters that read none
+    assert lean.taps == frozenset()  # lookups live: no hook at all, plain decoding's forwards
+    kept = Engine(Target(zoo["model"], zoo["tok"]), {"ng": d["ng"]}, RunConfig("live", K, MAX_NEW), states=True)
+    assert kept.taps == {"last"}
+
+
+def test_a_live_run_that_taps_nothing_decodes_the_same(zoo, monkeypatch):
+    """Lookups alone, live: no forward carries a tap and the prefill keeps the last row's logits only, yet the output
+    and every record equal those of the same run with the "last" state kept (which taps it in every forward)."""
+    tgt = Target(zoo["model"], zoo["tok"])
+    ng = _drafters(zoo)["ng"]
+    prompt = zoo["tok"](PROMPTS[0][2]).input_ids
+    kept = Engine(tgt, {"ng": ng}, RunConfig("live", K, MAX_NEW), states=True).run_prompt("w", "p", prompt)
+    calls, forward = [], lm.forward
+    monkeypatch.setattr(lm, "forward", lambda *a, **kw: calls.append(kw) or forward(*a, **kw))
+    lean = Engine(tgt, {"ng": ng}, RunConfig("live", K, MAX_NEW)).run_prompt("w", "p", prompt)
+    assert calls and all(not kw.get("taps") and not kw.get("hidden") for kw in calls)
+    assert lean.output == kept.output and len(lean.records) == len(kept.records)
+    for a, b in zip(lean.records, kept.records):
+        assert (a["pos"], a["drafts"]["ng"]["tokens"], a["drafts"]["ng"]["accepted"]) == (
+            b["pos"],
+            b["drafts"]["ng"]["tokens"],
+            b["drafts"]["ng"]["accepted"],
+        )
+    assert lean.state[0] is None and lean.hidden == {} and kept.state[0] is not None
+    assert lm.cache_len(lean.state[1]) == lm.cache_len(kept.state[1]) == len(prompt) + len(lean.output) - 1
 
 
 def test_generate_and_verify_carry_every_tap(zoo):
@@ -263,7 +287,7 @@ def test_bf16_exact_mode_makes_dense_equal_live(zoo):
         dres = dense.run_prompt("w", "p", prompt)
         assert dres.check["tokens"] == len(dres.output)
         for n in d:
-            live = Engine(tgt, {n: d[n]}, RunConfig("live", K, MAX_NEW)).run_prompt("w", "p", prompt)
+            live = Engine(tgt, {n: d[n]}, RunConfig("live", K, MAX_NEW), states=True).run_prompt("w", "p", prompt)
             assert live.output == dres.output, n
             for r in live.records:  # bit for bit: the same forwards, one position each
                 assert r["drafts"][n]["tokens"] == dres.records[r["pos"]]["drafts"][n]["tokens"], (n, r["pos"])

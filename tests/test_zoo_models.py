@@ -231,7 +231,13 @@ def test_best_of_n_live_on_the_zoo_equals_greedy_through_eos_with_its_cache_and_
     specs = ["ngram=ngram", f"draft=draft:path={DRAFT_DIR}", "suffix=suffix"]
     drafters = build_drafters([parse_spec(s) for s in specs], env)
     tgt = Target(model, tok)
-    eng = Engine(tgt, {n: drafters[n] for n in ("suffix", "ngram", "draft")}, RunConfig("live", 8, 96), best_of_n=True)
+    eng = Engine(
+        tgt,
+        {n: drafters[n] for n in ("suffix", "ngram", "draft")},
+        RunConfig("live", 8, 96),
+        best_of_n=True,
+        states=True,
+    )
     ended, not_first = 0, 0
     for p in load(["math"], limit=4):
         ids = p.token_ids(tok)
