@@ -16,7 +16,8 @@ plain decoding and with each L alone (and best-of-N, which the live phase always
 
 Small samples on a shared CPU: read the table as the shape of the trade-off, not as intervals (none are
 computed here; the campaign's own layer-skip drafter has them in its ci.json). `--out` keeps the sweep's run
-(resumable: rerun the same command).
+(resumable: rerun the same command). `--json FILE` writes the table with the command that made it; the one shipped
+is bench/layerskip_smollm2.json (`python bench/layerskip.py --per-workload 1 --json bench/layerskip_smollm2.json`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -123,7 +125,18 @@ def main(argv=None) -> int:
         print(f"| {r['layers']} | {r['mean_accepted']:.3f} | {r['tokens_per_pass']:.3f} | {r['draft_ms_per_call']:.2f} "
               f"| {r['call_over_plain_step']:.2f} | {r['speedup_over_plain']:.3f} |")  # fmt: skip
     if a.json:
-        Path(a.json).write_text(json.dumps({"run": str(run), "k": a.k, "rows": rows}, indent=2) + "\n")
+        doc = {
+            "label": "MEASURED (small sample, no intervals)",
+            "command": " ".join(["python bench/layerskip.py", *(argv if argv is not None else sys.argv[1:])]),
+            "target": m["target"]["name"],
+            "cpu": m["hardware"].get("cpu"),
+            "k": a.k,
+            "workloads": a.workloads,
+            "per_workload": a.per_workload,
+            "run": os.path.relpath(run, REPO),
+            "rows": rows,
+        }
+        Path(a.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 
