@@ -68,8 +68,12 @@ def test_a_worker_killed_mid_run_ends_in_a_complete_campaign(zoo, cluster, tmp_p
     killed = []
 
     def kill_one_worker_after_the_first_prompt():
-        deadline = time.time() + 120
-        while time.time() < deadline and not any(p.stat().st_size for p in out.glob("progress-*.jsonl")):
+        # only once a prompt is done: on a loaded machine the workers' loading alone can take minutes, and a kill
+        # then would test a failed start instead (test_a_worker_that_cannot_load...); no progress, no kill
+        deadline = time.time() + 900
+        while not any(p.stat().st_size for p in out.glob("progress-*.jsonl")):
+            if time.time() > deadline:
+                return
             time.sleep(0.005)
         names = sorted(ray.util.list_named_actors())
         killed.append(names[0])
