@@ -209,27 +209,29 @@ def profile(h: Harness, reps: int) -> dict:
     return {"live_ms_per_block": med(live), "plain_ms_per_token": med(plain), "blocks": blocks, "tokens": toks}
 
 
+def hf_generate(h: Harness, **extra) -> list[list[int]]:
+    """transformers' greedy `generate` on every prompt (at most h.n new tokens, stopping on the target's EOS ids), with
+    `extra` generate() arguments; the new tokens of each."""
+    eos = sorted(h.target.eos)
+    pad = h.tok.pad_token_id if h.tok.pad_token_id is not None else (eos[0] if eos else None)
+    kw = dict(max_new_tokens=h.n, do_sample=False, eos_token_id=eos or None, pad_token_id=pad)
+    out = []
+    with torch.inference_mode():
+        for p in h.prompts:
+            t = torch.tensor([p])
+            out.append(h.model.generate(t, attention_mask=torch.ones_like(t), **kw, **extra)[0, len(p) :].tolist())
+    return out
+
+
 def hf_compare(h: Harness, args, live_outputs: list[list[int]]) -> dict:
     """transformers' prompt lookup and plain generate() against the live loop and Target.generate, equal work."""
     import transformers
 
     transformers.logging.set_verbosity_error()  # generate()'s deprecation chatter is not a result
-    eos = sorted(h.target.eos)
-    pad = h.tok.pad_token_id if h.tok.pad_token_id is not None else (eos[0] if eos else None)
-    kw = dict(max_new_tokens=args.max_new_tokens, do_sample=False, eos_token_id=eos or None, pad_token_id=pad)
-
-    def gen(**extra):
-        with torch.inference_mode():
-            out = []
-            for p in h.prompts:
-                t = torch.tensor([p])
-                out.append(h.model.generate(t, attention_mask=torch.ones_like(t), **kw, **extra)[0, len(p) :].tolist())
-            return out
-
     fns = {
-        "hf_lookup": lambda: gen(prompt_lookup_num_tokens=args.k),
+        "hf_lookup": lambda: hf_generate(h, prompt_lookup_num_tokens=args.k),
         "live": lambda: [x.output for x in h.live()],
-        "hf_plain": gen,
+        "hf_plain": lambda: hf_generate(h),
         "plain": h.plain,
     }
     for f in fns.values():
@@ -281,19 +283,11 @@ def hf_assist(h: Harness, args, live_plain: list[list[int]]) -> dict:
     env = DrafterEnv(h.model, h.tok, args.target)
     engine = Engine(h.target, build_drafters([parse_spec(f"ls=layerskip:layers={L}")], env), RunConfig("live", k, h.n))
     assistant = early_exit_model(h.model, L, "--hf-assist")
-    eos = sorted(h.target.eos)
-    pad = h.tok.pad_token_id if h.tok.pad_token_id is not None else (eos[0] if eos else None)
-    kw = dict(max_new_tokens=h.n, do_sample=False, eos_token_id=eos or None, pad_token_id=pad)
 
     def gen(drafter, **extra):
         def go():
-            with torch.inference_mode(), _assistant_settings(drafter, k):
-                out = []
-                for p in h.prompts:
-                    t = torch.tensor([p])
-                    y = h.model.generate(t, attention_mask=torch.ones_like(t), **kw, **extra)
-                    out.append(y[0, len(p) :].tolist())
-                return out
+            with _assistant_settings(drafter, k):
+                return hf_generate(h, **extra)
 
         return go
 

@@ -107,9 +107,8 @@ class PromptResult:
     records: list[dict]
     output: list[int]
     timings: dict = field(default_factory=dict)  # live/sparse: raw wall times for calibration
-    state: tuple | None = (
-        None  # sparse/live: ("last" state (len(ids)-1, H) or None when not tapped, cache over ids[:-1])
-    )
+    # sparse/live: ("last" state (len(ids)-1, H), None when not tapped; cache over ids[:-1])
+    state: tuple | None = None
     hidden: dict = field(default_factory=dict)  # sparse/live: every tapped state, key -> (len(ids)-1, H)
     check: dict | None = None  # the target check: {"tokens", "disagreements", "first"} (None: not run)
 

@@ -32,24 +32,8 @@ def run(bench, tmp_path_factory):
 
     before = (lm.forward, lm.move_span, lm.crop, Target.verify)
     out = tmp_path_factory.mktemp("bench_live") / "out.json"
-    assert (
-        bench.main(
-            [
-                "--limit",
-                "1",
-                "--reps",
-                "1",
-                "--max-new-tokens",
-                "48",
-                "--profile",
-                "--hf-assist",
-                "1",
-                "--json",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    argv = "--limit 1 --reps 1 --max-new-tokens 48 --profile --hf-assist 1 --json".split() + [str(out)]
+    assert bench.main(argv) == 0
     assert (lm.forward, lm.move_span, lm.crop, Target.verify) == before  # the profile's clocks are gone again
     return json.loads(out.read_text())
 
