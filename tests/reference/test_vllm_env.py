@@ -1,6 +1,6 @@
 """The vllm tier's venv installs what vLLM imports (tests/reference/vllm.sh): nothing may come from the base image's
 Python by accident. The venv sees this environment (--system-site-packages, for torch); what it may take from there
-is what the project declares (pyproject.toml: its dependencies and the harness, test, ray and smollm2 extras,
+is what the project declares (pyproject.toml: the project itself, its dependencies and the harness, test, ray and smollm2 extras,
 which .ci/run installs) and what those
 packages require, transitively. Everything else vLLM, its spec-decode methods and arctic-inference import must be in
 the venv: a subprocess imports them with every other base-image package blocked (as a plain venv would lack them).
@@ -26,7 +26,8 @@ from packaging.requirements import Requirement
 venv = os.path.realpath(sys.prefix)
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
 proj = tomllib.loads(open(sys.argv[1], "rb").read().decode())["project"]
-roots = list(proj["dependencies"]) + [r for x in ("harness", "test", "ray", "smollm2") for r in proj["optional-dependencies"][x]]
+# the project itself is declared too: .ci/run installs it editable, and its finder serves its own packages
+roots = [proj["name"], *proj["dependencies"]] + [r for x in ("harness", "test", "ray", "smollm2") for r in proj["optional-dependencies"][x]]
 declared, stack = set(), [Requirement(r).name for r in roots]
 while stack:
     n = norm(stack.pop())
