@@ -43,8 +43,8 @@ from bandit.logs import outputs
 from bandit.stats import resample
 from bandit.stats import trajectory
 from bandit.stats.costmodel import costs_for
-from bandit.live.livelog import LIVE_FILE, TERMS, Decode, decodes, read_live
-from bandit.live.timingmodel import fit
+from bandit.live.livelog import LIVE_FILE, Decode, decodes, design, read_live, table_knots
+from bandit.live.timingmodel import fit, term_names
 from bandit.logs.reader import LogError, load_logs
 from bandit.logs.schema import BEST_OF_N, FIXED, POLICY, code_version
 from bandit.logs.table import BlockTable
@@ -70,7 +70,7 @@ class WallclockResult:
     entries: list[dict]  # <run dir>/wallclock.json's entries
     n_prompts: int
     same_as_dense: tuple[int, int]  # live decodes whose output equals the dense one, of all
-    passes_agree: tuple[int, int]  # live decodes whose passes, verified tokens and calls equal the dense walk's
+    passes_agree: tuple[int, int]  # live decodes that repeat their dense walk (output, passes, verified, calls)
     ci_how: str
     inputs: list[dict]
     cost_models: dict | None = None  # speedups over the fastest fixed drafter: measured, timing model, rho/alpha
@@ -84,8 +84,10 @@ class WallclockResult:
             "code_version": code_version,
             "model": {
                 "coef_ms": self.coef,
-                "fit": "call:<drafter> = measured mean per call + a fitted extra >= 0; all by NNLS on "
-                f"every live decode; predictions {FOLDS}-fold cross-fitted over prompts",
+                "fit": "pass@<Q> = ms of a target pass verifying Q tokens (linear between the knots, non-decreasing); "
+                "call:<drafter> = measured mean per call + a fitted extra >= 0; all by NNLS on the live decodes that "
+                f"repeat their dense-log walk, whose pass sizes they take; predictions {FOLDS}-fold cross-fitted "
+                "over prompts",
                 "definition": "docs/DESIGN.md, Wall clock",
             },
             "ci": self.ci_how,
@@ -116,11 +118,12 @@ def evaluate(
             "model is fitted on other prompts and the intervals resample prompts within workloads: "
             "it needs at least 2 per workload (sweep.py --live-prompts N)",
         )
-    names = list(TERMS) + [f"call:{d}" for d in t.drafters]
-    X = np.array([d.x_live for d in dec])
-    y = np.array([d.wall_ms for d in dec])
+    knots = table_knots(t)
+    names = term_names(knots, t.drafters)
+    X = np.array([design(d) for d in dec])  # the walk's pass sizes: the prediction's rows, and the fit's where
+    y = np.array([d.wall_ms for d in dec])  # the live decode repeats its walk (`Decode.agrees`)
     M = np.array([d.draft_ms for d in dec])
-    Xd = np.array([d.x_dense for d in dec])
+    agrees = np.array([d.agrees for d in dec])
     folds = np.array([fold_of(t.prompt_ids[d.cluster]) for d in dec])
     cfg = np.array([d.config for d in dec])
 
@@ -129,9 +132,9 @@ def evaluate(
         pred = np.zeros(len(dec))
         for f in range(FOLDS):
             test = folds == f
-            train = ~test & (cfg != exclude)
+            train = ~test & (cfg != exclude) & agrees
             if test.any():
-                pred[test] = Xd[test] @ fit(X[train], y[train], M[train]) if train.any() else np.nan
+                pred[test] = X[test] @ fit(X[train], y[train], M[train], len(knots)) if train.any() else np.nan
         return pred
 
     pred = crossfit()
@@ -139,7 +142,7 @@ def evaluate(
     # every configuration predicted again by a fit that never saw one of its decodes: its drafters' call
     # times then come from the other configurations (a fixed drafter's from best-of-N, and back)
     held = {c: crossfit(exclude=c) for c in configs}
-    full = fit(X, y, M)
+    full = fit(X[agrees], y[agrees], M[agrees], len(knots))
     clusters = sorted({d.cluster for d in dec})
     col = {c: i for i, c in enumerate(clusters)}
     strata = np.zeros(len(clusters), np.int64)
@@ -253,7 +256,7 @@ def evaluate(
             "rows": rows,
         }
     same = int(sum(d.same_as_dense for d in dec))
-    agree = int(sum(np.array_equal(d.x_live, d.x_dense) for d in dec))
+    agree = int(agrees.sum())
     how = (
         f"95% percentile bootstrap over prompt clusters resampled within workloads, {n_resamples} resamples, "
         f"seed {seed}; predicted intervals hold the fitted coefficients fixed, and the primary of the speedups "

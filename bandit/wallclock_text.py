@@ -15,10 +15,11 @@ def render(r) -> str:
         f"# wall clock: dense-log predictions against the live phase of {r.run}",
         "inputs: " + ", ".join(f"{i['path']} sha256:{i['sha256'][:12]}" for i in r.inputs) + f" and {LIVE_FILE}",
         f"live sample: {r.n_prompts} prompts; outputs equal to the dense phase's in {r.same_as_dense[0]} of "
-        f"{r.same_as_dense[1]} decodes; target passes, verified tokens and drafter calls equal to the dense-log "
-        f"walk's in {r.passes_agree[0]} of {r.passes_agree[1]}",
-        "timing model (ms; drafter calls measured plus a fitted extra, the rest NNLS on every live decode; docs/DESIGN.md, "
-        "Wall clock) [MODEL]: " + ", ".join(f"{k} {v:.4g}" for k, v in r.coef.items()),
+        f"{r.same_as_dense[1]} decodes; output, target passes, verified tokens and drafter calls equal to the "
+        f"dense-log walk's in {r.passes_agree[0]} of {r.passes_agree[1]} (the decodes the timing model is fitted on)",
+        "timing model (ms; pass@Q: a target pass verifying Q tokens, linear between; drafter calls measured plus a "
+        "fitted extra; the rest NNLS; docs/DESIGN.md, Wall clock) [MODEL]: "
+        + ", ".join(f"{k} {v:.4g}" for k, v in r.coef.items()),
         f"CIs: {r.ci_how}",
         "",
         "| configuration | predicted tokens/s [MODEL] | measured tokens/s [MEASURED] | measured / predicted | prompts |",

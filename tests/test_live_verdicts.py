@@ -17,6 +17,7 @@ import bandit.policies
 from bandit import ci, wallclock
 from bandit.live import livelog
 from bandit.stats import resample
+from bandit.stats.steps import basis
 from bandit.live import verdicts
 from bandit.logs.reader import LogError, load_logs
 from bandit.logs.schema import Timing
@@ -39,19 +40,25 @@ class Counts:
     verified: np.ndarray
     calls: np.ndarray
     chosen: np.ndarray
+    steps: np.ndarray | None = None
+
+
+def _walk_sizes(t, p, d) -> list[int]:
+    """Tokens verified by each pass of always-drafter-d (d None: best-of-N, the longest accepted advancing and
+    every draft verified) on prompt p of dense log t, by hand."""
+    rows = np.flatnonzero(t.prompt == p)
+    pos, sizes = 0, []
+    while pos < rows.size:
+        r = rows[pos]
+        sizes.append(1 + int(t.draft_len[r].sum() if d is None else t.draft_len[r, d]))
+        pos += int(t.accepted[r].max() if d is None else t.accepted[r, d]) + 1
+    return sizes
 
 
 def _walk_one(t, p, d):
-    """(passes, verified) of always-drafter-d (d None: best-of-N, the longest accepted advancing and every
-    draft verified) on prompt p of dense log t, by hand."""
-    rows = np.flatnonzero(t.prompt == p)
-    pos = passes = verified = 0
-    while pos < rows.size:
-        r = rows[pos]
-        passes += 1
-        verified += 1 + int(t.draft_len[r].sum() if d is None else t.draft_len[r, d])
-        pos += int(t.accepted[r].max() if d is None else t.accepted[r, d]) + 1
-    return passes, verified
+    """(passes, verified) of `_walk_sizes`."""
+    sizes = _walk_sizes(t, p, d)
+    return len(sizes), sum(sizes)
 
 
 def stub_module(calls: list):
@@ -62,15 +69,16 @@ def stub_module(calls: list):
         steps = {"observe_step": lambda n_verified, n_drafts, ms: None} if name == "beta" else {}
         return types.SimpleNamespace(name=name, **steps)
 
-    def replay(t, policy, prompts, timing, random_state=0):
+    def replay(t, policy, prompts, timing, random_state=0, knots=(1,)):
         name = policy.name
         calls.append((name, list(prompts), timing))
         P, D = t.n_prompts, len(t.drafters)
-        out = Counts(*(np.zeros(s, np.int64) for s in ((P,), (P,), (P, D), (P, D))))
+        out = Counts(*(np.zeros(s, np.int64) for s in ((P,), (P,), (P, D), (P, D))), np.zeros((P, len(knots))))
         for j, p in enumerate(prompts):
             d = (j + (name == "beta")) % D
             out.passes[p], out.verified[p] = _walk_one(t, p, d)
             out.calls[p, d] = out.chosen[p, d] = out.passes[p]
+            out.steps[p] = basis(_walk_sizes(t, p, d), knots).sum(0)
         return out
 
     return types.SimpleNamespace(LIVE_POLICIES=("alpha", "beta"), make=make, replay=replay, Counts=Counts)
@@ -310,9 +318,11 @@ def test_verdict_words(verdict_of, want):
 
 def test_plain_and_policy_counts(run, stub):
     d, t, live = run
-    passes, verified, calls, chosen, steps = livelog._trajectory_counts(t, "plain")
+    passes, verified, calls, chosen, step_times, steps = livelog._trajectory_counts(t, "plain")
     n = np.bincount(t.prompt)
-    assert (passes == n).all() and (verified == n).all() and not calls.any() and chosen is None and not steps
+    assert (passes == n).all() and (verified == n).all() and not calls.any() and chosen is None and not step_times
+    np.testing.assert_array_equal(steps[:, 0], n)  # every pass of plain decoding verifies one token: knot 1
+    assert not steps[:, 1:].any()
     dec = livelog.decodes(t, livelog.read_live(d))
     order = [t.prompt_ids.index(f"{r['workload']}/{r['prompt_id']}") for r in live if r["config"] == "policy:beta"]
     got = [c for c in stub if c[0] == "beta"]

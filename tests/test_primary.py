@@ -11,7 +11,7 @@ import pytest
 
 from bandit import breakeven, replay_stats, selector, selector_fit
 from bandit.live import primary, timingmodel
-from bandit.stats import trajectory
+from bandit.stats import steps, trajectory
 from bandit.sim.evaluate import evaluate
 from bandit.replay import summarize
 from bandit.sim.simulate import SimConfig, simulate_table
@@ -188,9 +188,12 @@ def test_the_timing_model_is_wallclocks_fit_on_every_live_decode(planted):
     m = tl.timing_model
     # call times: at least the measured mean per call (0.5 ms, as written), plus wallclock's fitted extra
     assert (np.asarray(m.call_ms) >= 0.5 - 1e-9).all()
+    knots = steps.knots_for(4, 2)
+    assert m.knots == knots
+    at5 = [float(q == 5) for q in knots]  # every pass of either walk verifies 1 + 4 tokens
     X = np.array(
         [
-            [1, 10 + p, pa, 5 * pa, pa if d == "a" else 0, pa if d == "b" else 0]
+            [1, 10 + p, *(pa * np.array(at5)), pa if d == "a" else 0, pa if d == "b" else 0]
             for p in range(8)
             for d, pa in (("a", 6), ("b", 12))
         ],
@@ -204,13 +207,25 @@ def test_the_timing_model_is_wallclocks_fit_on_every_live_decode(planted):
             for d, pa in (("a", 6), ("b", 12))
         ]
     )
-    want = timingmodel.fit(X, y, M)
-    assert [m.prefill, m.prompt_token, m.pass_ms, m.token_ms] == pytest.approx(want[:4].tolist())
-    assert m.call_ms == pytest.approx(want[4:].tolist())
+    want = timingmodel.fit(X, y, M, len(knots))
+    K = len(knots)
+    assert [m.prefill, m.prompt_token, *m.step_ms] == pytest.approx(want[: 2 + K].tolist())
+    assert m.call_ms == pytest.approx(want[2 + K :].tolist())
     assert tl.prefill_ms == pytest.approx(m.prefill + m.prompt_token * (10 + np.arange(8)))
 
 
 # ---------------------------------------------------------------- prices against brute force
+
+
+def _planted(knots) -> np.ndarray:
+    """A planted step cost at the knots: non-decreasing, with a jump from 3 to 4 tokens (a CPU kernel's switch)."""
+    q = np.asarray(knots, float)
+    return 4.0 + 0.07 * q + 2.0 * (q >= 4)
+
+
+def _pass(m: TimingModel, q) -> np.ndarray:
+    """Brute force: a pass of q tokens, by interpolating the planted values between the knots."""
+    return np.interp(np.asarray(q, float), m.knots, m.step_ms)
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +233,8 @@ def sim():
     t = simulate_table(SimConfig(n_prompts=6, out_len=40, shared=0.0, signal=(1.0, 1.0, 0.0, 1.0), seed=3))
     rng = np.random.default_rng(0)
     dlen = np.minimum(t.accepted + rng.integers(0, 5, t.accepted.shape), 8).astype(np.int32)
-    model = TimingModel(t.drafters, 5.0, 0.1, 4.0, 0.07, np.array([9.0, 6.0, 3.0, 0.2]), "planted")
+    knots = steps.knots_for(8, len(t.drafters))  # drafts of up to 8 tokens: every union within the last knot
+    model = TimingModel(t.drafters, 5.0, 0.1, knots, _planted(knots), np.array([9.0, 6.0, 3.0, 0.2]), "planted")
     pre = model.prompt_prefill(rng.integers(5, 50, t.n_prompts))
     return replace(t, draft_len=dlen, timing_model=model, prefill_ms=pre)
 
@@ -229,7 +245,7 @@ def _walk_ms(t: BlockTable, p: int, d: int) -> float:
     pos, ms = 0, float(t.prefill_ms[p])
     while pos < rows.size:
         r = rows[pos]
-        ms += m.pass_ms + m.token_ms * (1 + t.draft_len[r, d]) + m.call_ms[d]
+        ms += _pass(m, 1 + t.draft_len[r, d]) + m.call_ms[d]
         pos += int(t.accepted[r, d]) + 1
     return ms
 
@@ -254,12 +270,13 @@ def test_selector_operating_point_prices_equal_a_sum_over_its_blocks(sim):
             base += sim.prefill_ms[p]
         for b in np.flatnonzero(c.workload == g):
             L = c.dlen[b]
-            base += m.pass_ms + m.token_ms * (1 + L[q]) + m.call_ms[q]
+            base += _pass(m, 1 + L[q]) + m.call_ms[q]
             tok0 += c.tau[b, q]
             redraft = bool(rule.alts) and -c.X[b, FEATURES.index("conf_min")] >= rule.threshold
             tok += c.tau[b, list(rule.alts) + [q]].max() if redraft else c.tau[b, q]
             if redraft:
-                extra += sum(m.token_ms * L[a] + m.call_ms[a] for a in rule.alts)
+                extra += _pass(m, 1 + L[q] + L[list(rule.alts)].sum()) - _pass(m, 1 + L[q])
+                extra += sum(m.call_ms[a] for a in rule.alts)
         s = res.sums["conf_min"][g]
         assert s.c0[0] == pytest.approx(base) and s.cx[0] == pytest.approx(extra)
         assert res.outcome("conf_min", g)["speedup"][0] == pytest.approx((tok / (base + extra)) / (tok0 / base))
@@ -268,7 +285,8 @@ def test_selector_operating_point_prices_equal_a_sum_over_its_blocks(sim):
 def test_choose_rule_under_the_timing_model_is_the_exhaustive_best():
     rng = np.random.default_rng(5)
     D, n = 3, 30
-    model = TimingModel(("x", "y", "z"), 0.0, 0.0, 4.0, 0.1, np.array([3.0, 0.3, 0.1]))
+    knots = steps.knots_for(8, D)
+    model = TimingModel(("x", "y", "z"), 0.0, 0.0, knots, _planted(knots), np.array([3.0, 0.3, 0.1]))
     for _ in range(5):
         tau = rng.integers(1, 6, (n, D)).astype(float)
         dlen = rng.integers(0, 9, (n, D)).astype(float)
@@ -280,8 +298,10 @@ def test_choose_rule_under_the_timing_model_is_the_exhaustive_best():
             for thr in np.unique(s[w > 0]):
                 r = s >= thr
                 tok = w @ np.where(r, tau[:, list(alts) + [p]].max(1), tau[:, p])
-                base_ms = pre + 4.0 + 0.1 * (1 + dlen[:, p]) + model.call_ms[p]
-                ms = w @ (base_ms + r * (0.1 * dlen[:, list(alts)].sum(1) + model.call_ms[list(alts)].sum()))
+                alone = _pass(model, 1 + dlen[:, p])
+                base_ms = pre + alone + model.call_ms[p]
+                both = _pass(model, 1 + dlen[:, p] + dlen[:, list(alts)].sum(1)) - alone
+                ms = w @ (base_ms + r * (both + model.call_ms[list(alts)].sum()))
                 best = max(best, (tok / ms) / ((w @ tau[:, p]) / (w @ base_ms)))
         assert rule.speedup == pytest.approx(best)
 
@@ -292,19 +312,21 @@ def test_breakeven_timing_verdicts_equal_sums_over_the_primarys_blocks(sim):
     rows = trajectory.block_mask(sim)
     tau = trajectory.block_tokens(sim, rows).astype(float)
     L = sim.draft_len[rows].astype(float)
-    ms_p = sim.prefill_ms.sum() + (m.pass_ms + m.token_ms * (1 + L[:, p]) + m.call_ms[p]).sum()
-    ms_bon = sim.prefill_ms.sum() + (m.pass_ms + m.token_ms * (1 + L.sum(1)) + m.call_ms.sum()).sum()
+    alone = _pass(m, 1 + L[:, p])
+    ms_p = sim.prefill_ms.sum() + (alone + m.call_ms[p]).sum()
+    ms_bon = sim.prefill_ms.sum() + (_pass(m, 1 + L.sum(1)) + m.call_ms.sum()).sum()
     want = (tau.max(1).sum() / ms_bon) / (tau[:, p].sum() / ms_p)
     assert r.timed["best_of_n"].value == pytest.approx(want)
     for j, d in enumerate(sim.drafters):
         if j == p:
             continue
         tok = np.maximum(tau[:, j], tau[:, p]).sum()
-        extra = (m.token_ms * L[:, j] + m.call_ms[j]).sum()
+        more = (_pass(m, 1 + L[:, p] + L[:, j]) - alone).sum()  # the larger verify pass of both drafts
+        extra = more + m.call_ms[j] * len(tau)
         assert r.timed[d].value == pytest.approx((tok / (ms_p + extra)) / (tau[:, p].sum() / ms_p))
         # at the break-even call time the speedup is 1
         c = r.timed[f"breakeven_call_ms[{d}]"].value
-        ms_c = ms_p + (m.token_ms * L[:, j]).sum() + c * len(tau)
+        ms_c = ms_p + more + c * len(tau)
         assert (tok / ms_c) / (tau[:, p].sum() / ms_p) == pytest.approx(1.0)
 
 

@@ -27,13 +27,13 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from bandit.stats import trajectory
+from bandit.stats import steps, trajectory
 from bandit.logs.reader import LogError
 from bandit.logs.schema import BEST_OF_N, FIXED, PLAIN, POLICY, Timing
 from bandit.logs.table import BlockTable
 
 LIVE_FILE = "live.jsonl"
-TERMS = ("prefill", "prompt_token", "pass", "verified_token")  # then one call-time term per drafter
+COUNTS = ("decode", "prompt_len", "passes", "verified")  # a decode's count row, then its calls of each drafter
 FIELDS = (
     "config",
     "workload",
@@ -58,14 +58,31 @@ class Decode:
     tokens: int  # live output tokens
     dense_tokens: int  # the dense log's output tokens for the prompt (the prediction's numerator)
     wall_ms: float
-    x_live: np.ndarray  # (len(TERMS) + D,) design row from the live decode
-    x_dense: np.ndarray  # (len(TERMS) + D,) design row from the dense log's trajectory
+    x_live: np.ndarray  # (len(COUNTS) + D,) count row of the live decode: 1, prompt length, passes, verified, calls
+    x_dense: np.ndarray  # (len(COUNTS) + D,) the same counts of the dense log's trajectory
     draft_ms: np.ndarray  # (D,) measured time in each drafter's calls, summed over the decode
     same_as_dense: bool
     chosen_live: np.ndarray | None = None  # (D,) policies: blocks per chosen drafter live (the line's `chosen`)
     chosen_dense: np.ndarray | None = None  # (D,) policies: the same in the replay on the dense log
     step_times: bool = False  # a policy told the measured step times live (`observe_step`): the replay is told
     # the Timing's instead, so its choices may differ from the live ones; every other configuration's may not
+    steps: np.ndarray | None = None  # (K,) the dense trajectory's passes in the step basis, summed (stats/steps.py)
+
+    @property
+    def agrees(self) -> bool:
+        """The live decode repeats its dense-log walk: the same output, passes, verified tokens and calls."""
+        return self.same_as_dense and bool(np.array_equal(self.x_live, self.x_dense))
+
+
+def design(d: Decode) -> np.ndarray:
+    """The timing model's design row of decode d along its dense-log walk (bandit/live/timingmodel.py `fit`):
+    1, prompt length, the step basis of its passes summed, its calls of each drafter."""
+    return np.r_[d.x_dense[:2], d.steps, d.x_dense[len(COUNTS) :]]
+
+
+def table_knots(t: BlockTable) -> tuple[int, ...]:
+    """The step cost's knots for table t's drafters and draft lengths (bandit/stats/steps.py)."""
+    return steps.knots_for(int(t.draft_len.max(initial=0)), len(t.drafters))
 
 
 class Walked(NamedTuple):
@@ -76,6 +93,7 @@ class Walked(NamedTuple):
     calls: np.ndarray  # (P, D)
     chosen: np.ndarray | None  # (P, D) blocks per chosen drafter (policies), else None
     step_times: bool = False  # a policy that learns from measured step times (see Decode)
+    steps: np.ndarray | None = None  # (P, K) its passes in the step basis (`table_knots`), summed per prompt
 
 
 def live_policies() -> tuple[str, ...]:
@@ -234,18 +252,26 @@ def _trajectory_counts(t: BlockTable, config: str, prompts: Sequence[int] = (), 
     """`config` walked on the dense log; a policy over `prompts` (in live order) with `timing`, as
     bandit/policies/livepolicies.py replays it."""
     D = len(t.drafters)
+    knots = table_knots(t)
     if config == PLAIN:  # one 1-token forward per output token, nothing drafted
         n = trajectory.output_lengths(t)
-        return Walked(n, n.copy(), np.zeros((t.n_prompts, D), np.int64), None)
+        return Walked(
+            n, n.copy(), np.zeros((t.n_prompts, D), np.int64), None, steps=np.outer(n, steps.basis([1], knots)[0])
+        )
     if config.startswith(POLICY):
         from bandit.policies import livepolicies
 
         timing = timing or policy_timing(t)
         policy = livepolicies.make(config[len(POLICY) :], t, timing)  # built once: it may fit a model
-        c = livepolicies.replay(t, policy, list(prompts), timing)
+        c = livepolicies.replay(t, policy, list(prompts), timing, knots=knots)
         as_int = lambda a: np.asarray(a, np.int64)
         return Walked(
-            as_int(c.passes), as_int(c.verified), as_int(c.calls), as_int(c.chosen), hasattr(policy, "observe_step")
+            as_int(c.passes),
+            as_int(c.verified),
+            as_int(c.calls),
+            as_int(c.chosen),
+            hasattr(policy, "observe_step"),
+            c.steps,
         )
     if config == BEST_OF_N:
         starts, passes = trajectory.walk(t, lambda r: t.accepted[r].max(1))
@@ -256,8 +282,10 @@ def _trajectory_counts(t: BlockTable, config: str, prompts: Sequence[int] = (), 
         used = np.arange(D) == d
     else:
         raise LogError(LIVE_FILE, 0, "config", f"{config!r} names none of this log's drafters {list(t.drafters)}")
-    verified = np.bincount(t.prompt[starts], 1 + t.draft_len[starts][:, used].sum(1), minlength=t.n_prompts)
-    return Walked(passes, verified.astype(np.int64), passes[:, None] * used[None, :], None)
+    q = 1 + t.draft_len[starts][:, used].sum(1)
+    verified = np.bincount(t.prompt[starts], q, minlength=t.n_prompts)
+    basis = steps.summed(q, t.prompt[starts], t.n_prompts, knots)
+    return Walked(passes, verified.astype(np.int64), passes[:, None] * used[None, :], None, steps=basis)
 
 
 def check_tokens(t: BlockTable, live: Sequence[dict], path: Path | str = LIVE_FILE) -> None:
@@ -302,7 +330,7 @@ def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> li
     out = []
     for r in live:
         p = index[f"{r['workload']}/{r['prompt_id']}"]
-        passes, verified, calls, chosen, step_times = counts[r["config"]]
+        passes, verified, calls, chosen, step_times, basis = counts[r["config"]]
         x_live = np.r_[
             1.0, r["prompt_len"], r["passes"], r["verified"], [r["calls"].get(d, 0) for d in t.drafters]
         ].astype(float)
@@ -324,6 +352,7 @@ def decodes(t: BlockTable, live: list[dict], path: Path | str = LIVE_FILE) -> li
                 None if live_chosen is None else np.array([live_chosen.get(d, 0) for d in t.drafters], np.int64),
                 None if chosen is None else chosen[p].copy(),
                 step_times,
+                basis[p].copy(),
             )
         )
     return out

@@ -8,7 +8,8 @@ decodes of every drafter of the table, hangs on the table (docs/DESIGN.md, "Whic
   tokens/s pooled over the live sample (output tokens summed / wall time summed), re-chosen from the
   resampled sums in every resample (`trajectory.choose_primary`); the rule is named
   `trajectory.MEASURED_RULE`;
-- the timing model fitted on every live decode (bandit/live/timingmodel.py) and each prompt's prefill term:
+- the timing model fitted on the live decodes of its prompts (bandit/live/timingmodel.py) and each prompt's
+  prefill term:
   the cost model of every speedup verdict.
 
 Without a live phase the table is returned as it is (the token proxy: most tokens per target pass).
@@ -56,14 +57,20 @@ def attach(t: BlockTable, run_dir: Path | str | None) -> BlockTable:
         why = f"the live phase has no fixed:{', fixed:'.join(missing)} decodes"
         m = modelled(t)
         return replace(m, primary_rule=f"{trajectory.rule_name(m)}; {why}")
+    if not t.dense:  # the model's pass sizes come from the walk of each live decode on the dense log
+        m = modelled(t)
+        why = "the live phase's timing model needs the dense log it was decoded beside"
+        return replace(m, primary_rule=f"{trajectory.rule_name(m)}; {why}")
     index = {name: i for i, name in enumerate(t.prompt_ids)}
     P, D = t.n_prompts, len(t.drafters)
     tokens, ms, plen = np.zeros((P, D)), np.zeros((P, D)), np.zeros(P)
     col = {f"fixed:{d}": j for j, d in enumerate(t.drafters)}
+    mine = []  # the live decodes of this table's prompts (the run's workloads may be more)
     for r in live:
         p = index.get(f"{r['workload']}/{r['prompt_id']}")
         if p is None:  # a live prompt outside this table (a subset of the run's workloads): not in its sample
             continue
+        mine.append(r)
         plen[p] = r["prompt_len"]
         j = col.get(r["config"])
         if j is not None:
@@ -72,7 +79,7 @@ def attach(t: BlockTable, run_dir: Path | str | None) -> BlockTable:
     if not ms.any():
         why = "none of the live phase's prompts is in these logs"
         return replace(t, primary_rule=f"{trajectory.rule_name(replace(t, primary_rule=''))}; {why}")
-    model = fit_live(live, t.drafters, f"the live phase of {Path(run_dir).name}, {len(live)} decodes")
+    model = fit_live(t, mine, f"the live phase of {Path(run_dir).name}")
     wl_of = np.zeros(P, np.int64)
     wl_of[t.prompt] = t.workload
     pre = prefill_per_prompt(model, plen, wl_of, len(t.workloads))
@@ -207,23 +214,22 @@ def primary_lines(t: BlockTable, n_resamples: int = 2000, seed: int = 0) -> list
 
 
 def fixed_counts(t: BlockTable) -> tuple[np.ndarray, np.ndarray]:
-    """(passes (P, D), verified tokens (P, D)) of every fixed drafter's own trajectory walked on the dense log:
-    one pass per block, 1 + the draft's length verified per block."""
+    """(passes (P, D), ms of their target passes and calls (P, D)) of every fixed drafter's own trajectory walked
+    on the dense log, priced by the timing model: one pass of 1 + the draft's length and one call per block."""
+    m = t.timing_model
     starts = trajectory.fixed_starts(t)
     passes = trajectory.fixed_passes(t, starts)
-    verified = np.zeros(passes.shape)
+    ms = np.zeros(passes.shape)
     for d in range(len(t.drafters)):
         r = starts[:, d]
-        np.add.at(verified[:, d], t.prompt[r], 1.0 + t.draft_len[r, d])
-    return passes, verified
+        np.add.at(ms[:, d], t.prompt[r], m.step(1.0 + t.draft_len[r, d]) + m.call_ms[d])
+    return passes, ms
 
 
 def fixed_ms(t: BlockTable) -> np.ndarray:
     """(P, D) the timing model's wall ms of every fixed drafter on every prompt (prefill included), summed over
-    its trajectory's blocks: passes, verified tokens and one call per pass."""
-    m = t.timing_model
-    passes, verified = fixed_counts(t)
-    return t.prefill_ms[:, None] + passes * (m.pass_ms + m.call_ms[None, :]) + m.token_ms * verified
+    its trajectory's blocks."""
+    return t.prefill_ms[:, None] + fixed_counts(t)[1]
 
 
 def model_check(t: BlockTable) -> list[dict] | None:

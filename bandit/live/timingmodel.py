@@ -2,15 +2,22 @@
 
 One model for every speedup verdict where a live phase exists (docs/DESIGN.md, "Wall clock" and
 "One cost model for verdicts"): bandit/wallclock.py's step-time model, its coefficients fitted by
-`fit` on every live decode (bandit/live/primary.py `attach` hangs it on the table):
+`fit` on the live decodes (bandit/live/primary.py `attach` hangs it on the table):
 
-    wall_ms(prompt) = prefill_p + sum over its blocks [b_pass + b_token * verified_b + sum_d c_d * calls_b,d]
+    wall_ms(prompt) = prefill_p + sum over its blocks [step(verified_b) + sum_d c_d * calls_b,d]
 
 prefill_p = b_prefill + b_prompt * prompt_len (the live prompts' own lengths; a prompt outside the live sample
-gets its workload's live mean). A block that verifies drafts A together verifies 1 + sum_{d in A} len_d tokens
-(the union of the drafts in one tree) and calls every drafter in A. `fit_live` fits it. The rho/alpha cost model
-(bandit/stats/costmodel.py) prices the same outcomes in verification passes; both answer `row_costs`, so the
-selector's operating point and the break-even verdicts take either.
+gets its workload's live mean). step(Q) is the cost of one target pass verifying Q tokens: piecewise linear
+and non-decreasing in Q, its values at the knots of bandit/stats/steps.py fitted (a CPU's matrix kernels make
+a pass of 1-3 tokens far cheaper per token than one of 4-5, which a line in Q cannot follow). A block that
+verifies drafts A together verifies 1 + sum_{d in A} len_d tokens (the union of the drafts in one tree) and
+calls every drafter in A. The rho/alpha cost model (bandit/stats/costmodel.py) prices the same outcomes in
+verification passes; both answer `row_costs`, so the selector's operating point and the break-even verdicts
+take either.
+
+The live log counts each decode's passes, not the size of each: the fit takes every pass's size from the
+decode's walk on the dense log (bandit/live/livelog.py `decodes`), on the decodes that repeat that walk
+(the same output, passes, verified tokens and calls), which a deterministic configuration does.
 
     python bandit/live/timingmodel.py [RUN]     # the default campaign's timing model, as fitted on its live phase
 """
@@ -29,21 +36,27 @@ from typing import Sequence
 
 import numpy as np
 
-from bandit.live.livelog import TERMS
+from bandit.stats import steps
 
 LABEL = "MODEL, timing fitted on MEASURED live decodes"
+FIXED_TERMS = ("prefill", "prompt_token")  # then one term per knot of the step cost, then one per drafter call
+
+
+def term_names(knots: Sequence[int], drafters: Sequence[str]) -> list[str]:
+    """The coefficients' names in design-row order: prefill, prompt_token, pass@Q per knot, call:d per drafter."""
+    return [*FIXED_TERMS, *(f"pass@{q}" for q in knots), *(f"call:{d}" for d in drafters)]
 
 
 @dataclass(frozen=True, eq=False)
 class TimingModel:
-    """Milliseconds per prompt (prefill), per target pass, per verified token and per call of each drafter."""
+    """Milliseconds per prompt (prefill), per target pass of Q verified tokens and per call of each drafter."""
 
     drafters: tuple[str, ...]  # the table's drafters, in its order
     prefill: float  # b_prefill, ms per prompt
     prompt_token: float  # b_prompt, ms per prompt token of the prefill
-    pass_ms: float  # b_pass, ms per target pass (verify forward and the loop's own overhead)
-    token_ms: float  # b_token, ms per token through the verify forward
-    call_ms: np.ndarray  # (D,) measured mean ms per call of each drafter
+    knots: tuple[int, ...]  # (K,) pass sizes Q where the step cost is fitted (bandit/stats/steps.py)
+    step_ms: np.ndarray  # (K,) ms of one target pass verifying knots[j] tokens (the loop's own overhead included)
+    call_ms: np.ndarray  # (D,) measured mean ms per call of each drafter, plus its fitted extra
     source: str = ""  # what it was fitted on, in words
     n_decodes: int = 0
     source_kind = "timing"  # (class constant) which cost model: "timing" here, Costs.source otherwise
@@ -55,23 +68,29 @@ class TimingModel:
     def prompt_prefill(self, prompt_len) -> np.ndarray:
         return self.prefill + self.prompt_token * np.asarray(prompt_len, float)
 
+    def step(self, verified) -> np.ndarray:
+        """(n,) ms of target passes verifying `verified` (n,) tokens each."""
+        return steps.basis(verified, self.knots) @ np.asarray(self.step_ms, float)
+
     def block_ms(self, verified, calls) -> np.ndarray:
         """ms of blocks verifying `verified` (n,) tokens with `calls` (n, D) drafter calls, prefill excluded."""
-        return self.pass_ms + self.token_ms * np.asarray(verified, float) + np.asarray(calls, float) @ self.call_ms
+        return self.step(verified) + np.asarray(calls, float) @ self.call_ms
 
     def row_costs(
         self, p: int, alts: Sequence[int], n: int, dlen: np.ndarray | None = None, prefill: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """(base (n,), extra (n,)) ms of n blocks: the primary p alone (its share of the prompt's prefill `prefill`,
-        one pass, 1 + len_p verified tokens, p's call), and what verifying alternatives `alts` with it adds (their
-        draft tokens in the same forward, their calls). `dlen` (n, D): each drafter's draft length at the block."""
+        one pass of 1 + len_p verified tokens, p's call), and what verifying alternatives `alts` with it adds (the
+        larger pass of their draft tokens in the same forward, their calls). `dlen` (n, D): each drafter's draft
+        length at the block."""
         if dlen is None:
             raise ValueError("the timing model prices verified tokens: it needs every block's draft lengths")
         L = np.asarray(dlen, float)
         pre = np.zeros(n) if prefill is None else np.asarray(prefill, float)
-        base = pre + self.pass_ms + self.token_ms * (1.0 + L[:, p]) + self.call_ms[p]
+        alone = self.step(1.0 + L[:, p])
+        base = pre + alone + self.call_ms[p]
         a = list(alts)
-        extra = self.token_ms * L[:, a].sum(1) + float(self.call_ms[a].sum()) if a else np.zeros(n)
+        extra = self.step(1.0 + L[:, p] + L[:, a].sum(1)) - alone + float(self.call_ms[a].sum()) if a else np.zeros(n)
         return base, extra
 
     def steps_ms(self, chosen: np.ndarray, n_draft: np.ndarray, dlen: np.ndarray, called: np.ndarray) -> np.ndarray:
@@ -85,11 +104,12 @@ class TimingModel:
 
     def describe(self) -> str:
         calls = ", ".join(f"{d} {c:.4g}" for d, c in zip(self.drafters, self.call_ms))
+        passes = ", ".join(f"{q}: {v:.4g}" for q, v in zip(self.knots, self.step_ms))
         return (
             f"costs from the timing model fitted on the live phase [{LABEL}] ({self.source}): ms per prompt "
-            f"{self.prefill:.4g} + {self.prompt_token:.4g} per prompt token, per target pass {self.pass_ms:.4g}, per "
-            f"verified token {self.token_ms:.4g}, per drafter call: {calls}; a union verification verifies every "
-            "draft's tokens in one forward and pays every drafter's call"
+            f"{self.prefill:.4g} + {self.prompt_token:.4g} per prompt token, per target pass by tokens verified "
+            f"(linear between) {passes}, per drafter call: {calls}; a union verification verifies every draft's "
+            "tokens in one forward and pays every drafter's call"
         )
 
 
@@ -127,57 +147,79 @@ def pricer(t):
     return costs_for(t.drafters, t.manifests[0] if t.manifests else None)
 
 
-def fit(X: np.ndarray, y: np.ndarray, M: np.ndarray) -> np.ndarray:
-    """The model's coefficients from decodes X (n, T + D) with wall times y (n,) and measured drafter times
-    M (n, D). Each drafter's call costs its measured mean per call (timed around every call) plus an extra
-    >= 0 fitted with the other terms by non-negative least squares on what the measured calls leave over:
-    a call costs more than its own timer shows (the bookkeeping around it, and the caches it leaves cold for
-    the verify forward that follows: after a draft-model call the same verify is measurably slower). The
-    extras are identified by decodes that call drafters in other proportions to their passes: plain (no call),
-    best-of-N (every drafter each pass) and the policies (a mix); a live phase of fixed drafters alone leaves
-    the split between the per-pass term and the extras to NNLS, which changes no fixed prediction."""
+def fit(X: np.ndarray, y: np.ndarray, M: np.ndarray, n_knots: int) -> np.ndarray:
+    """The model's coefficients from decodes X (n, 2 + K + D) (design rows: 1, prompt length, the step basis of
+    its passes summed (bandit/stats/steps.py), its calls of each drafter) with wall times y (n,) and measured
+    drafter times M (n, D). The step cost at the knots is fitted non-decreasing (as increments >= 0). Each
+    drafter's call costs its measured mean per call (timed around every call) plus an extra >= 0 fitted with the
+    other terms by non-negative least squares on what the measured calls leave over: a call costs more than its
+    own timer shows (the bookkeeping around it, and the caches it leaves cold for the verify forward that
+    follows: after a draft-model call the same verify is measurably slower). The extras are identified by
+    decodes that call drafters in other proportions to their passes: plain (no call), best-of-N (every drafter
+    each pass) and the policies (a mix); a live phase of fixed drafters alone leaves the split between the
+    step cost and the extras to NNLS, which changes no fixed prediction."""
     from scipy.optimize import nnls
 
-    T = len(TERMS)
+    T = len(FIXED_TERMS) + n_knots
     calls = X[:, T:].sum(0)
     per_call = np.divide(M.sum(0), calls, out=np.zeros_like(calls), where=calls > 0)
     rest = y - X[:, T:] @ per_call
-    b = nnls(X, rest)[0]
+    up = np.tril(np.ones((n_knots, n_knots)))  # step at knot j = the sum of the increments 0..j
+    A = X.copy()
+    A[:, len(FIXED_TERMS) : T] = X[:, len(FIXED_TERMS) : T] @ up
+    b = nnls(A, rest)[0]
+    b[len(FIXED_TERMS) : T] = up @ b[len(FIXED_TERMS) : T]
     return np.r_[b[:T], per_call + b[T:]]
 
 
-def fit_live(live: list[dict], drafters: Sequence[str], source: str = "") -> TimingModel:
-    """The model fitted by `fit` on every decode of a live phase (records of `livelog.read_live`): design
-    rows [1, prompt_len, passes, verified, calls of every drafter any decode called], wall ms, measured drafter ms.
-    Every drafter called anywhere gets its own column (a drafter left out of `drafters` would otherwise leave its
-    call time in the fitted terms); the model keeps `drafters`' call times."""
-    names = sorted({d for r in live for d in (*r["calls"], *r["draft_ms"])} | set(drafters))
-    X = np.array(
-        [[1.0, r["prompt_len"], r["passes"], r["verified"], *(r["calls"].get(d, 0) for d in names)] for r in live],
-        float,
-    )
-    y = np.array([r["wall_ms"] for r in live], float)
-    M = np.array([[float(r["draft_ms"].get(d, 0.0)) for d in names] for r in live])
-    coef = fit(X, y, M)
-    T = len(TERMS)
-    call = coef[T:]
+def from_coef(coef: np.ndarray, knots: Sequence[int], drafters: Sequence[str], source: str, n: int) -> TimingModel:
+    """The TimingModel of `fit`'s coefficients."""
+    F, K = len(FIXED_TERMS), len(knots)
     return TimingModel(
         tuple(drafters),
-        *(float(c) for c in coef[:T]),
-        call_ms=np.array([call[names.index(d)] for d in drafters], float),
-        source=source or f"{len(live)} live decodes",
-        n_decodes=len(live),
+        float(coef[0]),
+        float(coef[1]),
+        tuple(int(q) for q in knots),
+        np.asarray(coef[F : F + K], float),
+        call_ms=np.asarray(coef[F + K :], float),
+        source=source,
+        n_decodes=n,
     )
+
+
+def fit_live(t, live: list[dict], source: str = "") -> TimingModel:
+    """The model fitted by `fit` on the decodes of live phase `live` (records of `livelog.read_live`, every
+    prompt in dense table t) that repeat their walk on t (`livelog.decodes`: design rows from the walk)."""
+    from bandit.live.livelog import decodes, design
+
+    dec = decodes(t, live)
+    use = [d for d in dec if d.agrees]
+    if not use:
+        from bandit.logs.table import LogError
+
+        raise LogError(
+            "live.jsonl",
+            0,
+            "passes",
+            "no live decode repeats its walk on the dense log (its passes, verified tokens and calls): "
+            "the timing model has no pass sizes to fit on",
+        )
+    X = np.array([design(d) for d in use])
+    y = np.array([d.wall_ms for d in use])
+    M = np.array([d.draft_ms for d in use])
+    knots = steps.knots_for(int(t.draft_len.max(initial=0)), len(t.drafters))
+    coef = fit(X, y, M, len(knots))
+    return from_coef(coef, knots, t.drafters, source or f"{len(use)} of {len(dec)} live decodes", len(use))
 
 
 if __name__ == "__main__":
     from bandit.live.livelog import read_live
-    from bandit.logs.reader import demo
+    from bandit.logs.reader import demo, load_logs
 
     def body(files, said: str) -> None:
         run = files[0].parent
         live = read_live(run)
-        drafters = sorted({d for r in live for d in r["calls"]})
-        print(fit_live(live, drafters, f"the live phase of {run.name}, {len(live)} decodes").describe())
+        print(said)
+        print(fit_live(load_logs(files), live, f"the live phase of {run.name}").describe())
 
     demo(body, "The timing model fitted on the run's live phase.")

@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from bandit.policies import choice
+from bandit.stats import steps
 from bandit.policies.published import EXP3Spec, HedgeQuery, ThompsonCtx, UCBSpec
 from bandit.logs.schema import Policy, Timing
 from bandit.policies.specselect import SpecSelect
@@ -63,10 +64,16 @@ class Counts:
         np.ndarray
     )  # (P, D) int64 draft calls per drafter (lookups at every pass they draft + the chosen model drafter)
     chosen: np.ndarray  # (P, D) int64 blocks per chosen drafter
+    steps: np.ndarray | None = None  # (P, K) the passes in the step basis of `knots` (bandit/stats/steps.py), summed
 
 
 def counts(
-    t: BlockTable, rows: np.ndarray, chosen: np.ndarray, cut: np.ndarray, timing: Timing | None = None
+    t: BlockTable,
+    rows: np.ndarray,
+    chosen: np.ndarray,
+    cut: np.ndarray,
+    timing: Timing | None = None,
+    knots: Sequence[int] | None = None,
 ) -> Counts:
     """Counts of a walk's blocks (rows, chosen drafter, cut length or -1) on dense log t, as the live engine counts.
 
@@ -90,15 +97,24 @@ def counts(
         verified=np.bincount(p, 1 + n, minlength=P).astype(np.int64),
         calls=calls,
         chosen=picks,
+        steps=None if knots is None else steps.summed(1 + n, p, P, knots),
     )
 
 
-def replay(t: BlockTable, name: str | Policy, prompts: Sequence[int], timing: Timing, random_state: int = 0) -> Counts:
+def replay(
+    t: BlockTable,
+    name: str | Policy,
+    prompts: Sequence[int],
+    timing: Timing,
+    random_state: int = 0,
+    knots: Sequence[int] | None = None,
+) -> Counts:
     """Policy `name` (or a Policy instance) walked along its own trajectory on dense log t over table prompts
-    `prompts` in the live decode order, with the live feedback rules (`walk.live_walk`), counted as live."""
+    `prompts` in the live decode order, with the live feedback rules (`walk.live_walk`), counted as live (and
+    its passes in the step basis of `knots` where given)."""
     pol = make(name, t, timing, random_state) if isinstance(name, str) else name
     rows, chosen, cut, _ = live_walk(t, pol, prompts, timing)
-    return counts(t, rows, chosen, cut, timing)
+    return counts(t, rows, chosen, cut, timing, knots)
 
 
 if __name__ == "__main__":

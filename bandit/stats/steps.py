@@ -1,0 +1,67 @@
+"""The cost of one target pass as a function of how many tokens it verifies: knots and their basis.
+
+A verify forward of Q tokens does not cost a fixed amount plus a constant per token. Measured on SmolLM2-135M on
+two CPU cores (a forward after 300 cached positions), Q = 1, 2, 3 cost about 35, 37 and 41 ms, Q = 4 and 5 about
+55 ms, Q = 33 about 90 ms: the matrix kernels change regime with the row count. A line through (1, 35) and
+(5, 55) overcharges a single-token pass and undercharges a two-token one, which is what made the linear timing
+model miss by 18% on plain decoding there. So the timing model (bandit/live/timingmodel.py) prices a pass of Q
+tokens by a piecewise-linear function of Q, non-decreasing, with a knot at every Q a single drafter's block can
+verify (1 .. k + 1) and then at doubling sizes up to the largest union verification (1 + D k), extrapolated
+linearly from its last segment beyond it. A pass is a point of that function, so a decode's pass cost is linear
+in the knots' values: the basis weights summed over its passes (`basis`), which NNLS fits.
+
+    python bandit/stats/steps.py       # the knots of a few (k, D) and the basis of some Q
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def knots_for(k: int, n_drafters: int) -> tuple[int, ...]:
+    """Knots (Q values) for drafts of at most k tokens from n_drafters drafters: 1 .. k + 1, then 2q - 1 from
+    q = k + 1 while below 1 + n_drafters * k (the union of every draft), that bound included."""
+    k = max(int(k), 1)
+    top = 1 + max(int(n_drafters), 1) * k
+    out = list(range(1, k + 2))
+    q = k + 1
+    while q < top:
+        q = min(2 * q - 1, top)
+        out.append(q)
+    return tuple(out)
+
+
+def basis(q, knots) -> np.ndarray:
+    """(n, K) hat-function weights of passes verifying q (n,) tokens: f(Q) = basis(Q) @ f(knots) is the linear
+    interpolation of f between knots, and beyond the last knot the extension of its last segment (with a single
+    knot, f is that constant)."""
+    x = np.asarray(q, float).reshape(-1)
+    kn = np.asarray(knots, float)
+    K = kn.size
+    W = np.zeros((x.size, K))
+    if K == 1:
+        W[:, 0] = 1.0
+        return W
+    j = np.clip(np.searchsorted(kn, x, side="right") - 1, 0, K - 2)  # the segment [kn[j], kn[j+1]] of each q
+    s = (x - kn[j]) / (kn[j + 1] - kn[j])  # beyond the last knot s > 1: the last segment extended
+    s = np.where(x < kn[0], 0.0, s)  # below the first knot: its value (no pass verifies fewer than 1 token)
+    rows = np.arange(x.size)
+    W[rows, j] = 1.0 - s
+    W[rows, j + 1] += s
+    return W
+
+
+def summed(q, groups, n_groups: int, knots) -> np.ndarray:
+    """(n_groups, K) basis weights of passes q (n,) summed per group (n,) (a decode's or a prompt's passes)."""
+    out = np.zeros((n_groups, len(knots)))
+    np.add.at(out, np.asarray(groups, np.int64), basis(q, knots))
+    return out
+
+
+if __name__ == "__main__":
+    for k, d in ((4, 8), (8, 6), (1, 1)):
+        print(f"k = {k}, {d} drafters: knots {knots_for(k, d)}")
+    kn = knots_for(4, 8)
+    for q in (1, 2, 5, 7, 33, 40):
+        w = basis([q], kn)[0]
+        print(f"  Q = {q:2d}: " + ", ".join(f"{x:.2f} at {k}" for x, k in zip(w, kn) if x))
