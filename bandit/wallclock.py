@@ -5,12 +5,13 @@ real with plain decoding (the target alone), every fixed drafter, best-of-N and 
 (bandit/policies/livepolicies.py). The step-time model (docs/DESIGN.md, "Wall clock"):
 
     wall_ms(prompt) = b_prefill + b_prompt * prompt_len                  (prefill)
-                    + b_pass * passes + b_token * verified_tokens       (target verify + per-step overhead)
+                    + sum over passes step(tokens verified)             (target verify + per-step overhead)
                     + sum_d c_d * calls_d                              (each drafter's call time)
 
-c_d is each drafter's measured mean time per call; the b terms are fitted by non-negative least
-squares on the rest. A configuration's tokens/s is *predicted from the dense log alone*: its output
-tokens, passes, verified tokens and drafter calls come from walking the dense log along the
+step is piecewise linear between knots and non-decreasing (bandit/stats/steps.py); c_d is each drafter's
+measured mean time per call plus a fitted extra; the rest is fitted by non-negative least squares on the live
+decodes that repeat their dense-log walk, whose pass sizes they take (bandit/live/timingmodel.py).
+A configuration's tokens/s is *predicted from the dense log alone*: its output tokens, passes, verified tokens and drafter calls come from walking the dense log along the
 configuration's own trajectory (plain: one pass per token; fixed drafter: its own accepted lengths;
 best-of-N: the longest accepted at each block start; a policy: its replay over the same prompts in
 the live order), with coefficients from the other prompts only (5-fold cross-fitting), and once

@@ -302,7 +302,25 @@ def coverage_block(runs: Path) -> str:
             f"| {r['study']} [{r['label']}] | {r['entry']} | {r['unit']} | {100 * r['coverage']:.1f}% | "
             f"[{100 * lo:.1f}, {100 * hi:.1f}]% | {r['draws']} | {fmt_value(r.get('mean_width'))} |"
         )
+    made, now = cov.get("code_version"), analyses_version(runs)
+    if made and now and made != now:  # the study takes an hour: it may lag a change to the analyses
+        out += [
+            "",
+            f"(This study was made by code version {made}; the entries above by {now}. Until "
+            "`python bench/coverage.py` runs again, its truths and coverages are those of the earlier code.)",
+        ]
     return "\n".join(out)
+
+
+def analyses_version(runs: Path) -> str | None:
+    """The code version ci.json's entries were computed by, or None without one."""
+    path = runs / "ci.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    entries = data.get("entries", data) if isinstance(data, dict) else data
+    versions = {e.get("code_version") for e in entries if isinstance(e, dict)} - {None}
+    return versions.pop() if len(versions) == 1 else None
 
 
 def held(e: dict) -> str:
