@@ -299,3 +299,18 @@ def test_a_planted_extra_cost_per_call_is_recovered(run):
     # with measured call times alone, the same decodes were mispriced: the extras are what makes them fit
     for e in res.entries:
         assert e["measured_over_predicted"] == pytest.approx(1.0, abs=1e-2 if e["config"] == "best_of_n" else 1e-3)
+
+
+def test_a_subset_of_the_drafters_is_priced_by_the_runs_model(run):
+    """`--drafters` (or a workload subset) attaches the run's timing model, fitted on the whole dense log and every
+    live decode, with the subset's call costs: not a model refitted on the decodes a subset can walk."""
+    from bandit.live import primary
+
+    t = load_logs([run["dir"]])
+    whole = primary.attach(t, run["dir"]).timing_model
+    names = ("ngram", "eagle")
+    sub = primary.attach(t.select_drafters(names), run["dir"]).timing_model
+    assert sub.knots == whole.knots and sub.drafters == names
+    np.testing.assert_array_equal(sub.step_ms, whole.step_ms)
+    np.testing.assert_array_equal(sub.call_ms, [whole.call_ms[t.drafters.index(n)] for n in names])
+    assert (sub.prefill, sub.prompt_token) == (whole.prefill, whole.prompt_token)

@@ -79,7 +79,7 @@ def attach(t: BlockTable, run_dir: Path | str | None) -> BlockTable:
     if not ms.any():
         why = "none of the live phase's prompts is in these logs"
         return replace(t, primary_rule=f"{trajectory.rule_name(replace(t, primary_rule=''))}; {why}")
-    model = fit_live(t, mine, f"the live phase of {Path(run_dir).name}")
+    model = run_model(t, live, mine, f"the live phase of {Path(run_dir).name}")
     wl_of = np.zeros(P, np.int64)
     wl_of[t.prompt] = t.workload
     pre = prefill_per_prompt(model, plen, wl_of, len(t.workloads))
@@ -91,6 +91,21 @@ def attach(t: BlockTable, run_dir: Path | str | None) -> BlockTable:
         timing_model=model,
         primary_rule=trajectory.MEASURED_RULE,
     )
+
+
+def run_model(t: BlockTable, live: list[dict], mine: list[dict], source: str):
+    """The run's timing model, over t's drafters. A table that is the run's dense log fits it on its live decodes;
+    one that holds only some of the run's drafters or prompts (`--drafters`, a workload subset) reloads the run's
+    dense log (t.sources) and fits there, so that a subset is priced by the same model as the whole."""
+    named = {d for r in live for d in (*r["calls"], *(r.get("chosen") or {}))}
+    if named <= set(t.drafters) and len(mine) == len(live):
+        return fit_live(t, mine, source)
+    if not t.sources:  # an in-memory table: its own prompts and the decodes that call only its drafters
+        own = [r for r in mine if {*r["calls"], *(r.get("chosen") or {})} <= set(t.drafters)]
+        return fit_live(t, own, source)
+    from bandit.logs.reader import load_logs
+
+    return fit_live(load_logs([s.path for s in t.sources]), live, source).select(t.drafters)
 
 
 def modelled(t: BlockTable) -> BlockTable:

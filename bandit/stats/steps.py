@@ -10,7 +10,7 @@ verify (1 .. k + 1) and then at doubling sizes up to the largest union verificat
 linearly from its last segment beyond it. A pass is a point of that function, so a decode's pass cost is linear
 in the knots' values: the basis weights summed over its passes (`basis`), which NNLS fits.
 
-    python bandit/stats/steps.py       # the knots of a few (k, D) and the basis of some Q
+    python bandit/stats/steps.py [PATHS]      # the knots for the default campaign's drafters, a few passes' basis
 """
 
 from __future__ import annotations
@@ -59,9 +59,15 @@ def summed(q, groups, n_groups: int, knots) -> np.ndarray:
 
 
 if __name__ == "__main__":
-    for k, d in ((4, 8), (8, 6), (1, 1)):
-        print(f"k = {k}, {d} drafters: knots {knots_for(k, d)}")
-    kn = knots_for(4, 8)
-    for q in (1, 2, 5, 7, 33, 40):
-        w = basis([q], kn)[0]
-        print(f"  Q = {q:2d}: " + ", ".join(f"{x:.2f} at {k}" for x, k in zip(w, kn) if x))
+    from bandit.logs.reader import demo, load_logs
+
+    def body(files, said: str) -> None:
+        t = load_logs(files)
+        k, d = int(t.draft_len.max(initial=0)), len(t.drafters)
+        kn = knots_for(k, d)
+        print(f"{said}: drafts of up to {k} tokens from {d} drafters; the step cost's knots {kn}")
+        for q in sorted({1, k + 1, (k + 1 + kn[-1]) // 2, kn[-1]}):
+            w = basis([q], kn)[0]
+            print(f"  a pass of {q} tokens: " + ", ".join(f"{x:.2f} of knot {k_}" for x, k_ in zip(w, kn) if x))
+
+    demo(body, "The knots of the step cost for the run's drafters and draft lengths, and the basis of a few passes.")
