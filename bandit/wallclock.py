@@ -11,8 +11,8 @@ real with plain decoding (the target alone), every fixed drafter, best-of-N and 
 step is piecewise linear between knots and non-decreasing (bandit/stats/steps.py); c_d is each drafter's
 measured mean time per call plus a fitted extra; the rest is fitted by non-negative least squares on the live
 decodes that repeat their dense-log walk, whose pass sizes they take (bandit/live/timingmodel.py).
-A configuration's tokens/s is *predicted from the dense log alone*: its output tokens, passes, verified tokens and drafter calls come from walking the dense log along the
-configuration's own trajectory (plain: one pass per token; fixed drafter: its own accepted lengths;
+A configuration's tokens/s is *predicted from the dense log alone*: its output tokens, passes, verified
+tokens and drafter calls come from walking the dense log along the configuration's own trajectory (plain: one pass per token; fixed drafter: its own accepted lengths;
 best-of-N: the longest accepted at each block start; a policy: its replay over the same prompts in
 the live order), with coefficients from the other prompts only (5-fold cross-fitting), and once
 more from a fit without any decode of the configuration itself. Measured tokens/s = output tokens
@@ -41,10 +41,10 @@ import numpy as np
 import typer
 
 from bandit.logs import outputs
-from bandit.stats import resample
+from bandit.stats import resample, steps
 from bandit.stats import trajectory
 from bandit.stats.costmodel import costs_for
-from bandit.live.livelog import LIVE_FILE, Decode, decodes, design, read_live, table_knots
+from bandit.live.livelog import LIVE_FILE, Decode, decodes, design, read_live
 from bandit.live.timingmodel import fit, term_names
 from bandit.logs.reader import LogError, load_logs
 from bandit.logs.schema import BEST_OF_N, FIXED, POLICY, code_version
@@ -119,7 +119,7 @@ def evaluate(
             "model is fitted on other prompts and the intervals resample prompts within workloads: "
             "it needs at least 2 per workload (sweep.py --live-prompts N)",
         )
-    knots = table_knots(t)
+    knots = steps.table_knots(t)
     names = term_names(knots, t.drafters)
     X = np.array([design(d) for d in dec])  # the walk's pass sizes: the prediction's rows, and the fit's where
     y = np.array([d.wall_ms for d in dec])  # the live decode repeats its walk (`Decode.agrees`)

@@ -317,9 +317,7 @@ def analyses_version(runs: Path) -> str | None:
     path = runs / "ci.json"
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
-    entries = data.get("entries", data) if isinstance(data, dict) else data
-    versions = {e.get("code_version") for e in entries if isinstance(e, dict)} - {None}
+    versions = {e.get("code_version") for e in json.loads(path.read_text())} - {None}
     return versions.pop() if len(versions) == 1 else None
 
 

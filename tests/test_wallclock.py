@@ -11,6 +11,7 @@ import torch
 import sweep
 from bandit import wallclock
 from bandit.live import livelog
+from bandit.stats import steps
 from bandit.policies import livepolicies
 from bandit.policies.livepolicies import LIVE_POLICIES
 from bandit.logs.reader import LogError, load_logs
@@ -126,7 +127,7 @@ def test_a_planted_timing_model_is_recovered(run):
     t = load_logs([run["dir"]])
     timed = step_timed(t)  # their replayed counts may differ from the live ones: a planted model cannot meet both
     live = [r for r in _live(run["dir"]) if r["config"] not in timed]
-    knots = livelog.table_knots(t)
+    knots = steps.table_knots(t)
     at_knot = {q: (1.5 + 0.1 * q if q <= 3 else 4.0 + 0.2 * q) for q in knots}  # non-decreasing, a jump at 4
     coef = {"prefill": 3.0, "prompt_token": 0.05} | {f"pass@{q}": v for q, v in at_knot.items()}
     call = {n: 0.5 + i for i, n in enumerate(t.drafters)}
@@ -294,7 +295,7 @@ def test_a_planted_extra_cost_per_call_is_recovered(run):
     res = wallclock.evaluate(t, live, "planted", n_resamples=50)
     for d in t.drafters:
         assert res.coef[f"call:{d}"] == pytest.approx(call[d] + extra[d], rel=1e-3)
-    for q in livelog.table_knots(t):  # a pass of Q tokens: 1.5 + 0.2 Q, a line, which the step cost holds exactly
+    for q in steps.table_knots(t):  # a pass of Q tokens: 1.5 + 0.2 Q, a line, which the step cost holds exactly
         assert res.coef[f"pass@{q}"] == pytest.approx(1.5 + 0.2 * q, rel=1e-3)
     # with measured call times alone, the same decodes were mispriced: the extras are what makes them fit
     for e in res.entries:
@@ -314,3 +315,14 @@ def test_a_subset_of_the_drafters_is_priced_by_the_runs_model(run):
     np.testing.assert_array_equal(sub.step_ms, whole.step_ms)
     np.testing.assert_array_equal(sub.call_ms, [whole.call_ms[t.drafters.index(n)] for n in names])
     assert (sub.prefill, sub.prompt_token) == (whole.prefill, whole.prompt_token)
+
+
+def test_no_decode_that_repeats_its_walk_is_one_clear_error(run):
+    """The fit takes pass sizes from the walks its decodes repeat: a live phase with none (here every output left
+    the dense one) is refused in one line, not a least-squares crash."""
+    t = load_logs([run["dir"]])
+    live = [dict(r, same_as_dense=False) for r in _live(run["dir"]) if r["config"] == "plain"]
+    for r in live:
+        r["tokens"] = r["passes"] = r["verified"] = r["tokens"] - 1  # not the dense output: no walk is repeated
+    with pytest.raises(LogError, match="no live decode repeats its walk"):
+        wallclock.evaluate(t, live, n_resamples=20)

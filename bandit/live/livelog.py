@@ -80,11 +80,6 @@ def design(d: Decode) -> np.ndarray:
     return np.r_[d.x_dense[:2], d.steps, d.x_dense[len(COUNTS) :]]
 
 
-def table_knots(t: BlockTable) -> tuple[int, ...]:
-    """The step cost's knots for table t's drafters and draft lengths (bandit/stats/steps.py)."""
-    return steps.knots_for(int(t.draft_len.max(initial=0)), len(t.drafters))
-
-
 class Walked(NamedTuple):
     """A configuration's counts along its own trajectory on the dense log, per table prompt."""
 
@@ -93,7 +88,7 @@ class Walked(NamedTuple):
     calls: np.ndarray  # (P, D)
     chosen: np.ndarray | None  # (P, D) blocks per chosen drafter (policies), else None
     step_times: bool = False  # a policy that learns from measured step times (see Decode)
-    steps: np.ndarray | None = None  # (P, K) its passes in the step basis (`table_knots`), summed per prompt
+    steps: np.ndarray | None = None  # (P, K) its passes in the step basis (`steps.table_knots`), summed per prompt
 
 
 def live_policies() -> tuple[str, ...]:
@@ -252,7 +247,7 @@ def _trajectory_counts(t: BlockTable, config: str, prompts: Sequence[int] = (), 
     """`config` walked on the dense log; a policy over `prompts` (in live order) with `timing`, as
     bandit/policies/livepolicies.py replays it."""
     D = len(t.drafters)
-    knots = table_knots(t)
+    knots = steps.table_knots(t)
     if config == PLAIN:  # one 1-token forward per output token, nothing drafted
         n = trajectory.output_lengths(t)
         return Walked(

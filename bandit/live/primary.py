@@ -8,9 +8,8 @@ decodes of every drafter of the table, hangs on the table (docs/DESIGN.md, "Whic
   tokens/s pooled over the live sample (output tokens summed / wall time summed), re-chosen from the
   resampled sums in every resample (`trajectory.choose_primary`); the rule is named
   `trajectory.MEASURED_RULE`;
-- the timing model fitted on the live decodes of its prompts (bandit/live/timingmodel.py) and each prompt's
-  prefill term:
-  the cost model of every speedup verdict.
+- the run's timing model (bandit/live/timingmodel.py) and each prompt's prefill term: the cost model of
+  every speedup verdict.
 
 Without a live phase the table is returned as it is (the token proxy: most tokens per target pass).
 Also here: the fixed drafters' measured tokens/s per workload (`fastest_by_workload`, `primary_lines`) and
@@ -98,11 +97,8 @@ def run_model(t: BlockTable, live: list[dict], mine: list[dict], source: str):
     one that holds only some of the run's drafters or prompts (`--drafters`, a workload subset) reloads the run's
     dense log (t.sources) and fits there, so that a subset is priced by the same model as the whole."""
     named = {d for r in live for d in (*r["calls"], *(r.get("chosen") or {}))}
-    if named <= set(t.drafters) and len(mine) == len(live):
+    if (named <= set(t.drafters) and len(mine) == len(live)) or not t.sources:  # (in memory: what it can walk)
         return fit_live(t, mine, source)
-    if not t.sources:  # an in-memory table: its own prompts and the decodes that call only its drafters
-        own = [r for r in mine if {*r["calls"], *(r.get("chosen") or {})} <= set(t.drafters)]
-        return fit_live(t, own, source)
     from bandit.logs.reader import load_logs
 
     return fit_live(load_logs([s.path for s in t.sources]), live, source).select(t.drafters)

@@ -36,6 +36,8 @@ from typing import Sequence
 
 import numpy as np
 
+from bandit.live.livelog import decodes, design
+from bandit.logs.table import LogError
 from bandit.stats import steps
 
 LABEL = "MODEL, timing fitted on MEASURED live decodes"
@@ -160,6 +162,14 @@ def fit(X: np.ndarray, y: np.ndarray, M: np.ndarray, n_knots: int) -> np.ndarray
     step cost and the extras to NNLS, which changes no fixed prediction."""
     from scipy.optimize import nnls
 
+    if not len(X):
+        raise LogError(
+            "live.jsonl",
+            0,
+            "passes",
+            "no live decode repeats its walk on the dense log (its output, passes, verified tokens and calls): "
+            "the timing model has no pass sizes to fit on",
+        )
     T = len(FIXED_TERMS) + n_knots
     calls = X[:, T:].sum(0)
     per_call = np.divide(M.sum(0), calls, out=np.zeros_like(calls), where=calls > 0)
@@ -190,24 +200,12 @@ def from_coef(coef: np.ndarray, knots: Sequence[int], drafters: Sequence[str], s
 def fit_live(t, live: list[dict], source: str = "") -> TimingModel:
     """The model fitted by `fit` on the decodes of live phase `live` (records of `livelog.read_live`, every
     prompt in dense table t) that repeat their walk on t (`livelog.decodes`: design rows from the walk)."""
-    from bandit.live.livelog import decodes, design
-
     dec = decodes(t, live)
     use = [d for d in dec if d.agrees]
-    if not use:
-        from bandit.logs.table import LogError
-
-        raise LogError(
-            "live.jsonl",
-            0,
-            "passes",
-            "no live decode repeats its walk on the dense log (its passes, verified tokens and calls): "
-            "the timing model has no pass sizes to fit on",
-        )
     X = np.array([design(d) for d in use])
     y = np.array([d.wall_ms for d in use])
     M = np.array([d.draft_ms for d in use])
-    knots = steps.knots_for(int(t.draft_len.max(initial=0)), len(t.drafters))
+    knots = steps.table_knots(t)
     coef = fit(X, y, M, len(knots))
     return from_coef(coef, knots, t.drafters, source or f"{len(use)} of {len(dec)} live decodes", len(use))
 

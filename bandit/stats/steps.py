@@ -1,10 +1,10 @@
 """The cost of one target pass as a function of how many tokens it verifies: knots and their basis.
 
-A verify forward of Q tokens does not cost a fixed amount plus a constant per token. Measured on SmolLM2-135M on
-two CPU cores (a forward after 300 cached positions), Q = 1, 2, 3 cost about 35, 37 and 41 ms, Q = 4 and 5 about
-55 ms, Q = 33 about 90 ms: the matrix kernels change regime with the row count. A line through (1, 35) and
-(5, 55) overcharges a single-token pass and undercharges a two-token one, which is what made the linear timing
-model miss by 18% on plain decoding there. So the timing model (bandit/live/timingmodel.py) prices a pass of Q
+A verify forward of Q tokens does not cost a fixed amount plus a constant per token: on a CPU the matrix kernels
+change regime with the row count, so that a pass of 2 or 3 tokens costs about what a 1-token one does and one of
+4 or 5 markedly more (SmolLM2-135M on two cores: bench/pass_cost_smollm2.json, made by bench/pass_cost.py). A
+line in Q overcharges single-token passes and undercharges longer ones, which is what made the linear timing
+model miss plain decoding on that campaign (NEGATIVE_RESULTS.md, 16). So the timing model (bandit/live/timingmodel.py) prices a pass of Q
 tokens by a piecewise-linear function of Q, non-decreasing, with a knot at every Q a single drafter's block can
 verify (1 .. k + 1) and then at doubling sizes up to the largest union verification (1 + D k), extrapolated
 linearly from its last segment beyond it. A pass is a point of that function, so a decode's pass cost is linear
@@ -29,6 +29,11 @@ def knots_for(k: int, n_drafters: int) -> tuple[int, ...]:
         q = min(2 * q - 1, top)
         out.append(q)
     return tuple(out)
+
+
+def table_knots(t) -> tuple[int, ...]:
+    """The knots for a BlockTable t: its longest draft and its number of drafters."""
+    return knots_for(int(t.draft_len.max(initial=0)), len(t.drafters))
 
 
 def basis(q, knots) -> np.ndarray:
@@ -63,8 +68,7 @@ if __name__ == "__main__":
 
     def body(files, said: str) -> None:
         t = load_logs(files)
-        k, d = int(t.draft_len.max(initial=0)), len(t.drafters)
-        kn = knots_for(k, d)
+        k, d, kn = int(t.draft_len.max(initial=0)), len(t.drafters), table_knots(t)
         print(f"{said}: drafts of up to {k} tokens from {d} drafters; the step cost's knots {kn}")
         for q in sorted({1, k + 1, (k + 1 + kn[-1]) // 2, kn[-1]}):
             w = basis([q], kn)[0]
