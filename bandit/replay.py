@@ -30,6 +30,7 @@ from bandit.logs import outputs
 from bandit.stats import trajectory
 from bandit.stats.bootstrap import degenerate, fmt, fmt_ci, no_variation
 from bandit.logs.reader import load_logs
+from bandit.logs.table import drafter_names
 from bandit.logs.observed import is_observed, summarize_observed
 from bandit.live.primary import attach, fastest_by_workload, primary_lines
 from bandit.replay_stats import accepted_entries, table_stats
@@ -334,7 +335,7 @@ def with_ci(s: ReplaySummary, t: BlockTable, n_resamples: int = 2000, seed: int 
 def cli(
     paths: Annotated[Optional[list[str]], typer.Argument(help="log files, globs or directories")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-    drafters: Annotated[str, typer.Option(help="comma-separated subset of drafters")] = "",
+    drafters: Annotated[Optional[str], typer.Option(help="comma-separated subset of drafters")] = None,
     resamples: Annotated[
         int, typer.Option(help=f"bootstrap resamples for the 95% CIs, in [0, {outputs.MAX_RESAMPLES}] (0: no CI)")
     ] = 2000,
@@ -368,7 +369,7 @@ def cli(
 def main(
     paths: Sequence[str | Path] = (),
     json_out: bool = False,
-    drafters: str = "",
+    drafters: str | None = None,
     n_resamples: int = 2000,
     seed: int = 0,
     out: Path | None = None,
@@ -378,7 +379,7 @@ def main(
     <run dir>/replay.txt beside the one run read; bandit/logs/outputs.py)."""
     outputs.resamples(n_resamples, allow_zero=True), outputs.seed(seed)
     inp = outputs.resolve(paths, latest)
-    names = [d for d in drafters.split(",") if d] or None
+    names = drafter_names(drafters)
     t = attach(load_logs(inp.files, names), inp.dir)  # the primary by measured speed (bandit/live/primary.py)
     s = summarize(t)
     if n_resamples > 0:
@@ -386,7 +387,7 @@ def main(
     if json_out:
         fast = {w: {"drafter": d, "tokens_per_s": v} for w, (d, v) in fastest_by_workload(t).items()}
         return json.dumps(s.to_json() | ({"fastest_fixed_live": fast} if fast else {}), sort_keys=True) + "\n"
-    opts = [("--drafters", drafters, ""), ("--resamples", n_resamples, 2000), ("--seed", seed, 0)]
+    opts = [("--drafters", drafters, None), ("--resamples", n_resamples, 2000), ("--seed", seed, 0)]
     differs = outputs.changed(opts)
     dest, why = outputs.destination(inp, "replay.txt", out, differs, "bandit/replay.py")
     if out is not None:

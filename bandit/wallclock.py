@@ -1,6 +1,6 @@
 """Wall-clock: a timing model fitted on the live phase, its dense-log predictions checked against it.
 
-A campaign's live phase (`live.jsonl`, harness/livephase.py) decodes a seeded sample of prompts for
+A campaign's live phase (`live.jsonl`, harness/decode/livephase.py) decodes a seeded sample of prompts for
 real with plain decoding (the target alone), every fixed drafter, best-of-N and every live policy
 (bandit/policies/livepolicies.py). The step-time model (docs/DESIGN.md, "Wall clock"):
 
@@ -44,7 +44,7 @@ from bandit.logs import outputs
 from bandit.stats import resample, steps
 from bandit.stats import trajectory
 from bandit.stats.costmodel import costs_for
-from bandit.live.livelog import LIVE_FILE, Decode, decodes, design, read_live
+from bandit.live.livelog import LIVE_FILE, Decode, decodes, design, load_live
 from bandit.live.timingmodel import fit, term_names
 from bandit.logs.reader import LogError, load_logs
 from bandit.logs.schema import BEST_OF_N, FIXED, POLICY, code_version
@@ -351,7 +351,7 @@ def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int =
     cmd = outputs.command("bandit/wallclock.py", inp, opts)
     t = load_logs(inp.files)
     run = run_dir_of(t)
-    r = evaluate(t, read_live(run), run.name, n_resamples, seed, run / LIVE_FILE)
+    r = evaluate(t, load_live(run, t), run.name, n_resamples, seed, run / LIVE_FILE)
     r = replace(r, command=cmd)
     text = render(r)
     said = "" if inp.said is None else inp.said + "\n"

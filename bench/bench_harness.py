@@ -35,12 +35,12 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import lm
+from harness.models import lm
 from harness.drafters import Drafter, DrafterEnv, build_drafters, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.heads import EagleHead
-from harness.target import Target
-from harness.tiny import PROMPTS, make_model, make_tokenizer, save_model
+from harness.decode.engine import Engine, RunConfig
+from harness.models.heads import EagleHead
+from harness.models.target import Target
+from harness.models.tiny import PROMPTS, make_model, make_tokenizer, save_model
 
 
 def _distil(target, draft, prompts, steps: int = 150, seed: int = 0):

@@ -41,9 +41,7 @@ rest of the block is the engine's Python (records, bookkeeping). The clocks cost
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import os
 import statistics
 import sys
@@ -61,11 +59,13 @@ elif str(REPO) not in sys.path:
 
 import torch
 
+from bandit.logs import limits
+from bench import bench_live_args as cli
 from bench import vllm_common as vc
-from harness import lm
+from harness.models import lm
 from harness.drafters import DrafterEnv, build_drafters, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.target import Target
+from harness.decode.engine import Engine, RunConfig
+from harness.models.target import Target
 
 NGRAM = "ngram=ngram:rule=vllm"  # n_min 1, n_max 4: vLLM's prompt_lookup_min / max below
 TARGET_RATIO = 0.90
@@ -169,7 +169,7 @@ def profile(h: Harness, reps: int) -> dict:
     wrap(lm, "forward", "forward")
     wrap(lm, "move_span", "cache moves")
     wrap(lm, "crop", "cache moves")
-    wrap(h.drafters["ngram"], "draft", "draft")
+    wrap(next(iter(h.drafters.values())), "draft", "draft")  # the --ngram drafter, whatever its name
     verify = Target.verify
 
     def timed_verify(self, *a, **kw):
@@ -430,29 +430,10 @@ def print_report(out: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workloads", type=lambda x: x.split(","), default=["code", "copy"])
-    ap.add_argument("--ngram", default=NGRAM, help=f"the live loop's drafter spec (default {NGRAM}; --vllm needs it)")
-    ap.add_argument("--target", type=Path, default=vc.TARGET, help="a local target directory (default: the zoo's)")
-    ap.add_argument("--limit", type=int, default=20, help="prompts per workload")
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads for both halves (default: torch's)")
-    ap.add_argument("--vllm", action="store_true", help="also vLLM's half (the vllm tier's venv)")
-    ap.add_argument("--vllm-engine", choices=("inproc", "mp"), default="inproc",
-                    help="vLLM's engine in this process (default), or LLM's default engine-core process")  # fmt: skip
-    ap.add_argument("--hf", action="store_true", help="also transformers' prompt lookup")
-    ap.add_argument("--hf-assist", type=int, metavar="L", default=None,
-                    help="also transformers' assisted generation with the target's first L layers drafting, against "
-                    "the live loop with layerskip:layers=L")  # fmt: skip
-    ap.add_argument("--profile", action="store_true", help="also ms per live block by part")
-    ap.add_argument("--json", type=Path, default=None, help="write the results here")
-    a = ap.parse_args(argv)
+    a = cli.parser(__doc__, NGRAM, vc.TARGET).parse_args(argv)
+    cli.check(a, NGRAM, vc.TARGET)
     if a.threads:
         torch.set_num_threads(a.threads)
-    if a.vllm and (a.target != vc.TARGET or a.ngram != NGRAM):
-        ap.error("--vllm compares the default --ngram on the zoo target only (the tier's model, vLLM's rule)")
     items = vc.load_prompts(a.workloads, a.limit, a.target)
     prompts = [ids for _, _, ids in items]
     load0 = os.getloadavg()[0]
@@ -474,10 +455,11 @@ def main(argv=None) -> int:
     out["settings"] |= {"load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2)}
     print_report(out)
     if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(out, indent=1) + "\n")
+        limits.write_json(a.json, out, indent=1)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bandit.logs.errors import guarded
+
+    guarded(main)

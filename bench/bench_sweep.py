@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))  # `python bench/bench_sweep.py` from anywhere: th
 
 import sweep
 from bandit.logs.reader import iter_records
-from harness.tiny import make_model, make_tokenizer, save_model, write_workload_file
+from harness.models.tiny import make_model, make_tokenizer, save_model, write_workload_file
 
 
 def _models(root: Path) -> tuple[Path, Path]:

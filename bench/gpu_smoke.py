@@ -35,11 +35,16 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import dflash, eagle3, lm
+from harness.models import dflash, eagle3, lm
 from harness.drafters import DrafterEnv, build_drafters, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.target import Target, now_ms
+from harness.decode.engine import Engine, RunConfig
+from harness.models.target import Target, now_ms
 import workloads
+from bandit.logs import limits
+from bandit.logs.errors import UsageError
+from harness.models import options
+
+MAX_PROMPTS = 100_000
 
 ZOO_DRAFTERS = [
     "ngram=ngram",
@@ -136,22 +141,48 @@ def speed(model, tok, drafters: dict, prompts, k: int, max_new: int, device: str
     return out
 
 
+def check(a) -> tuple[Path, str, list, list]:
+    """Every option before any model loads: (target, dtype, drafter specs, prompts' items); one line naming the
+    option otherwise."""
+    options.device(a.device)
+    dtype = lm.resolve_dtype(a.dtype, a.device)
+    limits.integer("--k", a.k, *options.BOUNDS["--k"])
+    limits.integer("--prompts", a.prompts, 1, MAX_PROMPTS)
+    limits.integer("--max-new-tokens", a.max_new_tokens, *options.BOUNDS["--max-new-tokens"])
+    a.json = limits.out_file("--json", a.json)
+    tpath = limits.path_value("--target", a.target)
+    if not tpath.is_dir():
+        raise UsageError(f"--target {tpath}: no such model directory")
+    lm.refuse_drafter_dir(tpath, "--target")
+    npos = lm.read_config(tpath).get("max_position_embeddings")
+    if isinstance(npos, int) and npos > 1:
+        limits.integer("--max-new-tokens", a.max_new_tokens, 1, npos - 1, f" (the target has {npos} positions)")
+    specs = [parse_spec(s) for s in a.drafter]
+    if len({s.name for s in specs}) != len(specs):
+        raise UsageError("--drafter: a name is used twice")
+    names = [w for w in a.workloads.split(",") if w]
+    if not names:
+        raise UsageError(f"--workloads {a.workloads!r}: name at least one workload")
+    items = workloads.load(names, None, a.prompts)
+    if len(items) < 2:  # speed() times every prompt after the first (which pays the one-off costs)
+        raise UsageError(f"--prompts {a.prompts} of --workloads {a.workloads}: {len(items)} prompt, the speed needs 2")
+    return tpath, dtype, specs, items
+
+
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = limits.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(REPO / "zoo" / "target"))
     ap.add_argument("--drafter", action="append", default=[], help="NAME=KIND[:key=value,...], repeatable")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16")
     ap.add_argument("--workloads", default="code,chat")
-    ap.add_argument("--prompts", type=int, default=3, help="prompts per workload")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=3, help=f"prompts per workload: 1..{MAX_PROMPTS}")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="1..the target's positions - 1")
+    ap.add_argument("--k", type=int, default=8, help="draft length: {}..{}".format(*options.BOUNDS["--k"]))
     ap.add_argument("--no-exact", action="store_true", help="skip the exact-mode disagreement pass (slow on CPU)")
-    ap.add_argument("--json", help="also write the report here")
+    ap.add_argument("--json", help="also write the report here (its folder must exist)")
     a = ap.parse_args(argv)
-    if a.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device here")
-    dtype = lm.resolve_dtype(a.dtype, a.device)
+    tpath, dtype, parsed, items = check(a)
     if not a.device.startswith("cuda"):
         print(
             f"note: ran on CPU (no CUDA device{' asked for' if torch.cuda.is_available() else ''}); "
@@ -159,14 +190,12 @@ def main(argv=None) -> dict:
             file=sys.stderr,
         )
     t_start = time.perf_counter()
-    tpath = Path(a.target)
     model, tok = lm.load_lm(tpath, a.device, dtype, "--target"), lm.load_tokenizer(tpath)
-    items = workloads.load([w for w in a.workloads.split(",") if w], None, a.prompts)
     prompts = [(p.workload, p.prompt_id, p.token_ids(tok)) for p in items]
     with tempfile.TemporaryDirectory() as tmp:
         specs = a.drafter or default_drafters(model, Path(tmp))
         env = DrafterEnv(model, tok, tpath, a.device, dtype)
-        drafters = build_drafters([parse_spec(s) for s in specs], env)
+        drafters = build_drafters(parsed or [parse_spec(s) for s in specs], env)
         report = {
             "device": a.device,
             "gpu": torch.cuda.get_device_name(0) if a.device.startswith("cuda") else None,
@@ -191,9 +220,11 @@ def main(argv=None) -> dict:
     report["wall_s"] = round(time.perf_counter() - t_start, 1)
     print(json.dumps(report, indent=2))
     if a.json:
-        Path(a.json).write_text(json.dumps(report, indent=2) + "\n")
+        limits.write_json(a.json, report)
     return report
 
 
 if __name__ == "__main__":
-    main()
+    from bandit.logs.errors import guarded
+
+    guarded(main)

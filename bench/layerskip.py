@@ -22,7 +22,6 @@ is bench/layerskip_smollm2.json (`python bench/layerskip.py --per-workload 1 --j
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -32,13 +31,23 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bandit.logs import limits
+from bandit.logs.errors import InputError, UsageError
+
+MAX_LAYERS = 4096
 WORKLOADS = "humaneval-chat:campaign,stdlib-edit:campaign,chat-open:campaign,math-word:campaign"
 
 
 def sweep(a) -> Path:
-    out = Path(a.out)
-    cmd = [sys.executable, str(REPO / "sweep.py"), "--target", a.target, "--mode", "dense", "--k", str(a.k)]
-    cmd += [] if a.models is None else ["--models", a.models]
+    """The sweep, run in the repository: a relative --out, --models or --target directory is the current
+    directory's, so each is passed absolute (a --target that is no directory here is a name under --models)."""
+    out = Path(os.path.abspath(a.out))
+    target = os.path.abspath(a.target) if Path(a.target).is_dir() else a.target
+    cmd = [sys.executable, str(REPO / "sweep.py"), "--target", target, "--mode", "dense", "--k", str(a.k)]
+    cmd += [] if a.models is None else ["--models", os.path.abspath(a.models)]
     for L in a.layers:
         cmd += ["--drafter", f"ls{L}=layerskip:layers={L}"]
     cmd += ["--workloads", a.workloads, "--limit", str(a.per_workload), "--max-new-tokens", str(a.max_new_tokens)]
@@ -46,7 +55,7 @@ def sweep(a) -> Path:
     cmd += ["--resume"] if out.exists() else []
     print("$ " + " ".join(cmd), flush=True)
     if subprocess.run(cmd, cwd=REPO).returncode:
-        raise SystemExit("error: the sweep failed (it said why above)")
+        raise InputError("the sweep failed (it said why above)")
     return out
 
 
@@ -99,20 +108,44 @@ def table(run: Path, layers: list[int]) -> list[dict]:
     return rows
 
 
+def layers(text: str) -> list[int]:
+    """--layers: distinct layer counts >= 1, comma-separated."""
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--layers {text!r}: expected comma-separated layer counts") from None
+    if not out or min(out) < 1 or max(out) > MAX_LAYERS or len(set(out)) != len(out):
+        raise UsageError(f"--layers {text!r}: expected distinct layer counts in 1..{MAX_LAYERS}")
+    return out
+
+
+def check(a) -> None:
+    """Every option in its range, the paths not empty, --json's folder there, before the sweep."""
+    a.layers = layers(a.layers)
+    limits.integer("--per-workload", a.per_workload, 1, 100_000)
+    limits.integer("--k", a.k, 1, 4095)
+    limits.integer("--max-new-tokens", a.max_new_tokens, 1, 1 << 20)
+    for flag in ("--target", "--models"):
+        limits.path_value(flag, getattr(a, flag[2:]))
+    limits.out_dir("--out", a.out)
+    a.json = limits.out_file("--json", a.json)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = limits.Parser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--target", default="smollm2-135m-instruct", help="the target (a directory, or a name under --models)"
     )
-    ap.add_argument("--models", default="models", help="models root, as the sweep's --models")
-    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[4, 8, 12, 16, 20])
+    ap.add_argument("--models", default=str(REPO / "models"), help="models root, as the sweep's --models")
+    ap.add_argument("--layers", default="4,8,12,16,20", help=f"layer counts L, comma-separated, in 1..{MAX_LAYERS}")
     ap.add_argument("--workloads", default=WORKLOADS)
-    ap.add_argument("--per-workload", type=int, default=2, help="prompts per workload, dense and live")
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--per-workload", type=int, default=2, help="prompts per workload, dense and live: 1..100000")
+    ap.add_argument("--k", type=int, default=4, help="1..4095")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="1..2^20 (and the target's positions: the sweep)")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "layerskip"), help="the sweep's run directory")
-    ap.add_argument("--json", default=None, help="also write the table here")
+    ap.add_argument("--json", default=None, help="also write the table here (its folder must exist)")
     a = ap.parse_args(argv)
+    check(a)
     run = sweep(a)
     rows = table(run, a.layers)
     m = json.loads((run / "manifest.json").read_text())
@@ -136,9 +169,11 @@ def main(argv=None) -> int:
             "run": os.path.relpath(run, REPO),
             "rows": rows,
         }
-        Path(a.json).write_text(json.dumps(doc, indent=2) + "\n")
+        limits.write_json(a.json, doc)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bandit.logs.errors import guarded
+
+    guarded(main)

@@ -5,7 +5,7 @@ give its output_ids token for token.
                                       [--out FILE]
 
 The target is loaded independently of the harness's model code: a run whose manifest has `target.converted_from`
-(harness/gguf.py) is loaded straight from the GGUF file (the installed package's, or --gguf), after its sha256 is
+(harness/models/gguf.py) is loaded straight from the GGUF file (the installed package's, or --gguf), after its sha256 is
 checked against the one the manifest records; any other from the safetensors directory the manifest names. Each
 line is regenerated with `model.generate(do_sample=False)` at float32 under the run's max_new_tokens, stopping on
 the generation config's EOS tokens (else the tokenizer's), as the harness does; the checkpoint's other generation
@@ -28,8 +28,9 @@ sys.path.insert(0, str(REPO))
 
 from bandit.logs.errors import InputError, UsageError
 from bandit.logs.outputs import write_all
-from harness import gguf as hgguf
-from harness.lm import models_root
+from bandit.logs.schema import common_prefix
+from harness.models import gguf as hgguf
+from harness.models.lm import models_root
 
 FIELDS = ("workload", "prompt_id", "prompt_ids", "output_ids")
 
@@ -106,7 +107,7 @@ def target_source(manifest: dict, gguf: Path | None) -> tuple[str, Path]:
             )
         return "gguf", gguf
     p, root = Path(str(t.get("path") or "")), models_root()
-    tried = [p] if p.is_absolute() else [REPO / p] + ([root / p] if root else [])  # as harness/lm.py resolves
+    tried = [p] if p.is_absolute() else [REPO / p] + ([root / p] if root else [])  # as harness/models/lm.py resolves
     for d in tried:
         if (d / "config.json").is_file() and any(d.glob("*.safetensors")):
             return "dir", d
@@ -146,8 +147,7 @@ def regenerate(model, prompt_ids: list[int], max_new: int, eos: list[int], pad: 
 
 def divergence(logged: list[int], made: list[int]) -> int | None:
     """The first position where the two differ (one ending early counts), None when identical."""
-    i = next((i for i, (a, b) in enumerate(zip(logged, made)) if a != b), min(len(logged), len(made)))
-    return None if logged == made else i
+    return None if logged == made else common_prefix(logged, made)
 
 
 def check(model, recs: list[dict], max_new: int, eos: list[int], pad: int) -> list[dict]:

@@ -51,17 +51,17 @@ def hf_greedy(prompts: list[list[int]], max_new: int, target: Path = TARGET) -> 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
     """First position where two outputs differ (None: equal)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+    from bandit.logs.schema import common_prefix
+
+    n = common_prefix(a, b)
+    return None if n == len(a) == len(b) else n
 
 
 def hardware() -> dict:
-    """The run manifest's hardware record (harness/manifest.py), with torch's full version and the core count."""
+    """The run manifest's hardware record (harness/campaign/manifest.py), with torch's full version and the core count."""
     import torch
 
-    from harness.manifest import hardware as run_hardware
+    from harness.campaign.manifest import hardware as run_hardware
 
     cpu = run_hardware("cpu")["cpu"]
     return {"device": "cpu", "torch": torch.__version__, "cpu": cpu, "cores": os.cpu_count(), "gpu": None}
@@ -153,9 +153,9 @@ def run_sweep(
 
 def our_outputs(run: Path, sha: bool = False) -> dict:
     """The output of every finished prompt of our run, by workload/prompt_id: the sweep's progress.jsonl keeps it,
-    and each shard's progress-sIofN.jsonl in a sharded campaign (harness/shards.py: a record counts once its line
+    and each shard's progress-sIofN.jsonl in a sharded campaign (harness/campaign/shards.py: a record counts once its line
     is whole). sha: (output, the prompt's token-id hash the line records, or None) instead."""
-    from harness import shards
+    from harness.campaign import shards
 
     out = {}
     for tag in shards.find_parts(run):

@@ -73,6 +73,7 @@ elif str(REPO) not in sys.path:  # imported (the tier's tests): harness, bandit 
     sys.path.insert(0, str(REPO))
 
 from bandit.logs.errors import InputError
+from bandit.logs.safeio import write_text
 from bench import vllm_common as vc
 from bench.vllm_walk import (  # noqa: F401 (vllm_ngram_draft, replay_*: the tests' names)
     Oracle,
@@ -104,7 +105,7 @@ def suffix_spec(k: int) -> dict:
 
 
 def harness_drafters(specs: list[str], oracle: Oracle, target: Path = vc.TARGET) -> dict:
-    from harness import lm
+    from harness.models import lm
     from harness.drafters import DrafterEnv, build_drafters, parse_spec
 
     env = DrafterEnv(oracle.model, lm.load_tokenizer(target), target)
@@ -275,8 +276,9 @@ def print_prompts(label: str, cmp: dict, limit: int = 5) -> None:
 def campaign_drafters(args, items) -> tuple[str, str | None]:
     """An existing run's drafters to walk (args.drafter, and its plain ngram of the same n-gram range or None),
     after checking that the run is the cross-check's: an InputError in one line otherwise."""
-    from harness import lm, shards
-    from harness.outputs import prompt_sha
+    from harness.models import lm
+    from harness.campaign import shards
+    from harness.campaign.outputs import prompt_sha
 
     run, name = Path(args.run), args.drafter
     where = f"--run {run} --drafter {name}"
@@ -383,7 +385,7 @@ def resolve_target(spec: str | None, models: str | None) -> Path:
     """--target: the zoo target by default, else a model directory (a path, or a name under --models)."""
     if spec is None:
         return vc.TARGET
-    from harness.lm import resolve_model_dir
+    from harness.models.lm import resolve_model_dir
 
     return resolve_model_dir(spec, models, "--target").resolve()
 
@@ -429,12 +431,12 @@ def main(argv=None) -> int:
 
         prompts = [ids for _, _, ids in vc.load_prompts(args.workloads, args.limit, models=args.models)]
         t = vllm_timing.timing(args, prompts)
-        Path(args.timing_out).write_text(json.dumps(t, indent=1) + "\n")
+        write_text(args.timing_out, json.dumps(t, indent=1) + "\n")
         print(f"timing calibration: {args.timing_out}")
         return 0
     res = crosscheck(args)
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
+        write_text(args.json, json.dumps(res, indent=1) + "\n")
     if args.timing:  # a fresh process: the in-process engine must be chosen before vLLM reads its environment
         argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--timing"]
         subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--timing-only"], check=True)

@@ -5,7 +5,7 @@ Runs in the vllm tier's venv (tests/reference/test_vllm_heads.py runs it):
 
     .venv-tier-vllm/bin/python bench/vllm_heads.py --json out.json
 
-* eagle3, speculators layout (harness.eagle3.write_random(layout="speculators"): `speculators_config` names the
+* eagle3, speculators layout (harness.models.eagle3.write_random(layout="speculators"): `speculators_config` names the
   verifier and the draft length), given to vLLM two ways: as speculative_config={"method": "eagle3", "model": DIR}
   on the target, and as the model itself (vLLM reads the verifier from the config and serves it);
 * eagle3, the original EAGLE-3 / SpecForge layout (`midlayer.*`, layout="eagle3"), as speculative_config;
@@ -22,7 +22,7 @@ Runs in the vllm tier's venv (tests/reference/test_vllm_heads.py runs it):
 
 The EAGLE-3 heads read target layers 1, 2, 3 (the inputs of those decoder layers). Not L: for layer id L (the
 number of target layers) vLLM's Llama collects the residual stream after the last layer *before* the final norm,
-while transformers' hidden_states[L] (what speculators trains on and harness.eagle3 reads) is after it.
+while transformers' hidden_states[L] (what speculators trains on and harness.models.eagle3 reads) is after it.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ if Path(sys.path[0] or ".").resolve() == REPO / "bench":  # bench/coverage.py wo
 elif str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bandit.logs.safeio import write_text
 from bench import vllm_common as vc
 from bench.vllm_walk import Oracle, compare_prompts, model_walk, per_position, request_steps
 
@@ -46,11 +47,11 @@ LAYER_IDS = [1, 2, 3]
 
 
 def medusa1_layout(src: Path, dst: Path, target) -> Path:
-    """Our Medusa heads (any layout harness.heads reads) written as medusa-llm saves them, with the fields vLLM's
+    """Our Medusa heads (any layout harness.models.heads reads) written as medusa-llm saves them, with the fields vLLM's
     MedusaConfig needs."""
     from safetensors.torch import save_file
 
-    from harness.heads import MEDUSA1_WEIGHTS, MedusaHeads
+    from harness.models.heads import MEDUSA1_WEIGHTS, MedusaHeads
 
     m = MedusaHeads.load(src, target)
     c, lm_head = m.cfg, target.get_output_embeddings().weight
@@ -76,7 +77,7 @@ def medusa1_layout(src: Path, dst: Path, target) -> Path:
 
 def write_heads(root: Path, k: int) -> dict[str, tuple[str | None, dict | None]]:
     """{variant: (the model vLLM is given, its speculative_config)}."""
-    from harness import eagle3, lm
+    from harness.models import eagle3, lm
 
     target = lm.load_lm(vc.TARGET, dtype="float32")
     spec = eagle3.write_random(root / "e3-spec", target, LAYER_IDS, verifier=vc.TARGET, speculative_tokens=k, seed=1)
@@ -126,7 +127,7 @@ def medusa_walk(path: Path, prompts: list[list[int]], outs: list[list[int]], k: 
     """Our MedusaDrafter on the converted heads, walked as vLLM walks along vLLM's outputs: blocks per prompt."""
     import torch
 
-    from harness import lm
+    from harness.models import lm
     from harness.drafters import DrafterEnv, Prefix, build_drafters, parse_spec
 
     oracle = Oracle(vc.TARGET)
@@ -178,7 +179,7 @@ def main(argv=None) -> int:
                   f"outputs == transformers greedy on {r['outputs_equal']}/{len(prompts)}; method {r['method']}, "
                   f"k {r['num_speculative_tokens']}, served {r['served']}; drafts {drafts}, acc {acc}"))  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        write_text(args.json, json.dumps(out, indent=1) + "\n")
     return 0
 
 

@@ -250,9 +250,8 @@ def compare_prompts(vllm_steps: dict[str, list[tuple[int, int]]], modelled: dict
     for key, steps in vllm_steps.items():
         mine = [(dl, a) for _, dl, a in modelled.get(key, [])]
         gap = counters_gap(per_position(steps, k), per_position(mine, k))
-        first = next((i for i, (s, m) in enumerate(zip(steps, mine)) if s != m), None)
-        if first is None and len(steps) != len(mine):
-            first = min(len(steps), len(mine))
+        first = common_prefix(steps, mine)  # the first step that differs (one ending early counts)
+        first = None if first == len(steps) == len(mine) else first
         at = None
         if first is not None and first < len(modelled.get(key, [])):
             at = modelled[key][first][0]
@@ -269,7 +268,7 @@ class Oracle:
     def __init__(self, target: Path):
         import torch
 
-        from harness import lm
+        from harness.models import lm
 
         self.torch = torch
         self.model = lm.load_lm(Path(target), dtype="float32")

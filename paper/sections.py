@@ -376,8 +376,8 @@ def verbatim(runs: Path, name: str, command: str) -> str:
 
 
 def target_said(runs: Path) -> str:
-    """The campaign's target as its manifest.json records it (harness/campaign.py): `target.name`, and where the
-    target was converted from a GGUF file (`target.converted_from`, harness/gguf.py's record) that file and the
+    """The campaign's target as its manifest.json records it (harness/campaign/campaign.py): `target.name`, and where the
+    target was converted from a GGUF file (`target.converted_from`, harness/models/gguf.py's record) that file and the
     package that shipped it, so that a real model's section cannot be mistaken for the tiny zoo's."""
     path = runs / "manifest.json"
     if not path.is_file():
@@ -415,6 +415,27 @@ def published_section(runs: Path) -> str:
             selector_table(by, runs),
             wallclock_block(runs),
             coverage_block(runs),
+        ]
+    )
+
+
+def summary_section(runs: Path) -> str:
+    """README's short results: the published campaign's one table that answers "does choosing pay?" (its live
+    verdicts, bandit/live/verdicts.py), what it is computed from, and where the rest is (RESULTS.md)."""
+    by, _ = load(runs)
+    table = verdicts.headline_table(by)
+    if not table:
+        return f"{title(runs, 'the published campaign')}\n\n{live_block(by, runs)}\n\nEvery result: RESULTS.md."
+    live = next(e for n, e in by.items() if n.startswith("live_tokens_per_s["))
+    return "\n\n".join(
+        [
+            f"## What the published campaign says: {target_said(runs)} ({rel(runs)})",
+            "Does choosing pay, measured? Per workload and pooled: plain decoding's tokens/s, the fastest fixed "
+            "drafter and its speedup, and whether the best adaptive configuration beats it (95% CIs over "
+            f"{live['n_clusters']} live prompts resampled within workloads; `python bandit/ci.py` computes it):",
+            table,
+            "Every other number (each configuration's speedups, the token proxies, the selector, the wall-clock "
+            "model and the interval coverage), for this campaign and the further ones: [RESULTS.md](RESULTS.md).",
         ]
     )
 

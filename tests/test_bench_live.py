@@ -27,8 +27,8 @@ def bench():
 
 @pytest.fixture(scope="module")
 def run(bench, tmp_path_factory):
-    from harness import lm
-    from harness.target import Target
+    from harness.models import lm
+    from harness.models.target import Target
 
     before = (lm.forward, lm.move_span, lm.crop, Target.verify)
     out = tmp_path_factory.mktemp("bench_live") / "out.json"
@@ -74,7 +74,7 @@ def test_assisted_generation_is_compared_on_equal_work(run):
 
 
 def test_assistant_settings_are_restored(bench):
-    from harness import lm
+    from harness.models import lm
 
     model = lm.load_lm(REPO / "zoo" / "target")
     gc = model.generation_config

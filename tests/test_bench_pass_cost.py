@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 
 from bench import pass_cost
-from harness.tiny import make_zoo
+from harness.models.tiny import make_zoo
 
 
 def test_measure_times_every_size_on_a_tiny_target(tmp_path):
     z = make_zoo(tmp_path)
-    got = pass_cost.measure(z["target"], context=12, qs=[1, 3, 5], reps=2)
+    got, ran = pass_cost.measure(z["target"], context=12, qs=[1, 3, 5], reps=2)
     assert list(got) == [1, 3, 5] and all(v > 0 for v in got.values())
+    assert ran["kernels"] in ("mkldnn", "aten") and ran["requested"] == "default" and ran["dtype"] == "float32"
+    assert ran["floor_ms"] > 0 and ran["bandwidth_gbs"] > 0 and ran["threads"] >= 1
 
 
 def test_the_fitted_column_interpolates_the_runs_knots(tmp_path):
@@ -27,5 +29,7 @@ def test_the_fitted_column_interpolates_the_runs_knots(tmp_path):
 
 
 def test_a_missing_target_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="no model directory"):
+    from bandit.logs.errors import InputError
+
+    with pytest.raises(InputError, match="no model directory"):
         pass_cost.main(["--target", str(tmp_path / "nope")])

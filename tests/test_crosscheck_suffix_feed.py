@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.vllm_walk import model_walk
 
 from harness.drafters import DrafterEnv, Prefix, build_drafters, parse_spec
-from harness.lm import HarnessError
-from harness.tiny import PROMPTS, make_model, make_tokenizer
+from harness.models.lm import HarnessError
+from harness.models.tiny import PROMPTS, make_model, make_tokenizer
 
 SPEC = "suffix:rule=arctic,corpus=run,max_depth=24,min_score=0.1"
 K, MAX_NEW = 4, 10

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "NEGATIVE_RESULTS.md", "docs/DESIGN.md", "docs/manifest.md", "zoo/README.md"]
+DOCS = [
+    "README.md",
+    "RESULTS.md",
+    "NEGATIVE_RESULTS.md",
+    "docs/DESIGN.md",
+    "docs/GUIDE.md",
+    "docs/manifest.md",
+    "zoo/README.md",
+]
 # a path into the repository, as written in prose or code: a top-level folder, then a file with an extension
 PATH = re.compile(
     r"(?<![\w/.<-])((?:bandit|harness|docs|bench|zoo|paper|tests|\.ci)/[\w./-]*\w|sweep\.py|workloads\.py)"

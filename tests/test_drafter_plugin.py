@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import lm
+from harness.models import lm
 from harness.drafters import DrafterEnv, build_drafters, parse_spec, registry
-from harness.engine import Engine, RunConfig
-from harness.lm import HarnessError
-from harness.target import Target
-from harness.tiny import PROMPTS, make_model, make_tokenizer, save_model
+from harness.decode.engine import Engine, RunConfig
+from harness.models.lm import HarnessError
+from harness.models.target import Target
+from harness.models.tiny import PROMPTS, make_model, make_tokenizer, save_model
 
 torch.set_num_threads(1)
 K, MAX_NEW = 4, 12

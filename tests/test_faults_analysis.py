@@ -157,8 +157,12 @@ def test_the_budget_comes_from_the_manifest_else_settings_else_two_to_the_twenty
     [
         (["--gain", "nan", "--redraft", "0.4", "--json"], ("--gain", "finite")),
         (["--gain", "inf", "--redraft", "0.4", "--json"], ("--gain",)),
-        (["--gain", "-5", "--redraft", "0.4", "--json"], ("--gain", "> -1")),
-        (["--gain", "0.1", "--redraft", "0.4", "--alpha", "-1", "--json"], ("--alpha", ">= 0")),
+        (["--gain", "-5", "--redraft", "0.4", "--json"], ("--gain", "[-0.99, 64.0]")),
+        (["--gain", "1e308", "--redraft", "0.4", "--json"], ("--gain", "[-0.99, 64.0]")),
+        (["--gain", "-0.999999999", "--redraft", "0.4", "--json"], ("--gain",)),
+        (["--gain", "0.1", "--redraft", "0.4", "--rho", "1e308"], ("--rho", "[0, 100.0]")),
+        (["--gain", "0.1", "--redraft", "0.4", "--alpha", "1e308"], ("--alpha",)),
+        (["--gain", "0.1", "--redraft", "0.4", "--alpha", "-1", "--json"], ("--alpha", "[0.0, 100.0]")),
         (["--gain", "0.1", "--redraft", "0.4", "--alpha", "nan", "--json"], ("--alpha",)),
         (["--gain", "0.1", "--redraft", "nan"], ("--redraft", "[0.0, 1.0]")),
         (["--gain", "0.1", "--redraft", "0.4", "--alternatives", "0"], ("--alternatives",)),
@@ -341,8 +345,8 @@ def test_fuzz_whatif_options_answer_valid_json_or_one_line(tmp_path_factory, g, 
     args = ["--gain", repr(g), "--redraft", repr(r), "--alpha", repr(a), "--alternatives", str(k)]
     res = CliRunner().invoke(app, ["breakeven", *args, "--rho", ",".join(map(repr, rho)), "--json"])
     assert not list(where.iterdir())
-    ok = all(map(math.isfinite, [g, r, a, *rho])) and g > -1 and 0 <= r <= 1 and a >= 0 and 1 <= k <= 64
-    ok = ok and all(x >= 0 for x in rho)
+    ok = all(map(math.isfinite, [g, r, a, *rho])) and -0.99 <= g <= 64 and 0 <= r <= 1 and 0 <= a <= 100
+    ok = ok and 1 <= k <= 64 and all(0 <= x <= 100 for x in rho)
     if ok:
         assert res.exit_code == 0, res.output
         json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"{c} in {res.stdout}"))

@@ -12,7 +12,7 @@ from specbandit_cli import app
 from bandit.logs.errors import InputError
 from bandit.logs.reader import load_logs
 from bandit.sim.simulate import SimConfig, write_sim_run
-from harness.shards import CampaignError, parse_shard
+from harness.campaign.shards import CampaignError, parse_shard
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from harness import convert
-from harness.lm import HarnessError, resolve_model_dir
+from harness.models import convert
+from harness.models.lm import HarnessError, resolve_model_dir
 
 
 @pytest.fixture

@@ -20,16 +20,16 @@ from typer.testing import CliRunner
 
 import sweep
 import specbandit_cli as cli
-from harness import worker
+from harness.campaign import worker
 from harness.drafters import parse_spec
-from harness.engine import RunConfig
-from harness.lm import HarnessError
-from harness.manifest import run_json
-from harness.rundir import RunDir
-from harness.tiny import make_pair, write_workload_file
+from harness.decode.engine import RunConfig
+from harness.models.lm import HarnessError
+from harness.campaign.manifest import run_json
+from harness.campaign.rundir import RunDir
+from harness.models.tiny import make_pair, write_workload_file
 
 REPO = Path(__file__).resolve().parents[1]
-N_PROMPTS = 4  # harness.tiny.PROMPTS: the campaign of the workload file below
+N_PROMPTS = 4  # harness.models.tiny.PROMPTS: the campaign of the workload file below
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,7 @@ def _refused(res, text, *words, code=1):
 CASES = [  # the fault tester's cases first, then more of their kinds
     (["--temperature", "nan"], ["--temperature nan", "0 (greedy) or a number in 1e-06..100"]),
     (["--threads", "-1"], ["--threads -1", f"1..{4 * (os.cpu_count() or 1)}"]),
+    (["--threads", "0"], ["--threads 0", f"1..{4 * (os.cpu_count() or 1)}"]),  # 0 never means 1
     (["--threads", "1000000"], ["--threads 1000000", "cores"]),
     (["--device", "bogus"], ["--device 'bogus'", "cpu, cuda or cuda:N"]),
     (["--drafter", "x=ngram:n_max=abc"], ["--drafter x=ngram", "n_max='abc'", "integer in 1..4096"]),
@@ -217,11 +218,11 @@ def _number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-OPTIONS = {  # option -> (values, accepted?) with the ranges written out here, not read from harness/options.py
+OPTIONS = {  # option -> (values, accepted?) with the ranges written out here, not read from harness/models/options.py
     "--k": (ints, _int_in(1, 4095)),
     "--max-new-tokens": (ints, _int_in(1, 1 << 20)),
     "--seed": (ints, _int_in(0, 2**63 - 1)),
-    "--threads": (ints, lambda v: v == 0 or _int_in(1, 4 * (os.cpu_count() or 1))(v)),
+    "--threads": (ints, _int_in(1, 4 * (os.cpu_count() or 1))),
     "--limit": (ints, _int_in(1, 10**9)),
     "--live-prompts": (ints, _int_in(0, 100_000)),
     "--calibrate": (ints, _int_in(0, 100_000)),
@@ -276,7 +277,7 @@ def test_fuzz_options_refused_or_accepted_never_a_traceback(tiny, tmp_path, case
 
 
 def test_a_cuda_index_past_the_machines_devices_is_refused(monkeypatch):
-    from harness import options
+    from harness.models import options
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

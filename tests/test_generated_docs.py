@@ -67,8 +67,8 @@ def test_readme_and_paper_match_runs():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_every_percentage_in_the_readme_block_comes_from_ci_json(build):
-    block = block_of((ROOT / "README.md").read_text())
+def test_every_percentage_in_the_results_comes_from_ci_json(build):
+    block = (ROOT / "RESULTS.md").read_text()
     values = set()
     campaign = build.published()
     for run in [campaign, *build.shown(campaign)]:  # each section's numbers from its own campaign
@@ -80,12 +80,22 @@ def test_every_percentage_in_the_readme_block_comes_from_ci_json(build):
     assert shown and all(s in values for s in shown), [s for s in shown if s not in values]
 
 
-def test_the_readme_titles_the_published_campaign_by_its_target():
-    block = block_of((ROOT / "README.md").read_text())
+def test_the_readme_and_results_title_the_published_campaign_by_its_target():
     campaign = (ROOT / "paper" / "campaign.txt").read_text().strip()
     target = json.loads((ROOT / campaign / "manifest.json").read_text())["target"]["name"]
-    title = block.lstrip().splitlines()[0]
+    title = block_of((ROOT / "README.md").read_text()).lstrip().splitlines()[0]
+    assert title.startswith(f"## What the published campaign says: target {target}") and f"({campaign})" in title
+    title = next(x for x in (ROOT / "RESULTS.md").read_text().splitlines() if x.startswith("## "))
     assert title.startswith(f"## Results on the published campaign: target {target}") and f"({campaign})" in title
+
+
+def test_the_readme_is_short_and_its_table_is_the_live_verdicts(build):
+    from bandit.live import verdicts
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 120  # a newcomer reads it in two minutes; RESULTS.md holds the rest
+    by, _ = sys.modules["paper.sections"].load(build.published())
+    assert verdicts.headline_table(by) in block_of(text)
 
 
 def test_build_refuses_a_campaign_that_is_not_the_published_one(tmp_path):
@@ -103,9 +113,7 @@ def test_readme_shows_the_published_campaign_then_each_shown_one_titled_by_targe
     pub = b.published()
     others = b.shown(pub)
     assert others == [ROOT / ZOO]  # the published campaign's line and the repeat skipped
-    block = block_of(
-        b.readme(pub, others, "head\n<!-- specbandit:generated:begin -->\nold\n<!-- specbandit:generated:end -->\n")
-    )
+    block = b.results(pub, others)
     titles = re.findall(r"^## .*$", block, flags=re.M)
     assert titles == [
         "## Results on the published campaign: target sim-target (runs/sim)",
@@ -168,9 +176,7 @@ def test_a_shown_line_with_an_alias_renders_its_section_titled_as_before(sim_pub
     b.SHOWN_FILE.write_text(f"{ZOO}\tzoo\nruns/sim sim\n")
     pub = b.published()
     assert b.shown(pub) == [ROOT / ZOO] and b.aliases() == {"zoo": ROOT / ZOO, "sim": ROOT / "runs" / "sim"}
-    block = block_of(
-        b.readme(pub, b.shown(pub), "<!-- specbandit:generated:begin -->\n<!-- specbandit:generated:end -->")
-    )
+    block = b.results(pub, b.shown(pub))
     assert re.findall(r"^## .*$", block, flags=re.M) == [
         "## Results on the published campaign: target sim-target (runs/sim)",
         f"## Results on a further campaign: target zoo-target ({ZOO})",

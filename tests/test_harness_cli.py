@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 import sweep
 from bandit.policies.livepolicies import LIVE_POLICIES
 from bandit.logs.reader import load_logs
-from harness import campaign, livephase
-from harness.tiny import make_model, make_tokenizer, make_zoo, save_model, write_workload_file
+from harness.campaign import campaign
+from harness.decode import livephase
+from harness.models.tiny import make_model, make_tokenizer, make_zoo, save_model, write_workload_file
 
 torch.set_num_threads(1)
 MANIFEST_KEYS = [
@@ -152,7 +153,16 @@ def test_logs_validate_and_rerun_identically(zoo, tmp_path, mode):
         assert _strip_times(blocks) == _strip_times(runs[1] / blocks.name)
     m = json.loads((runs[0] / "manifest.json").read_text())
     assert list(m)[: len(MANIFEST_KEYS)] == MANIFEST_KEYS
-    assert set(m) <= set(MANIFEST_KEYS) | {"timing", "complete", "target_check", "n_prompts", "throughput", "outputs"}
+    assert set(m) <= set(MANIFEST_KEYS) | {
+        "timing",
+        "complete",
+        "target_check",
+        "n_prompts",
+        "throughput",
+        "outputs",
+        "kernels",
+    }
+    assert m["kernels"]["requested"] == "default" and m["kernels"]["kernels"] in ("mkldnn", "aten")
     assert m["outputs"]["prompts"] == 4 and m["outputs"]["problems"] == 0  # outputs.jsonl agrees with the log
     assert m["complete"] is True and m["n_prompts"] == 4
     (w,) = m["throughput"]["workers"].values()  # one process: one worker, every prompt
@@ -167,6 +177,22 @@ def test_logs_validate_and_rerun_identically(zoo, tmp_path, mode):
         assert set(t["drafter_ms"]) == set(table.drafters) and all(v > 0 for v in t["drafter_ms"].values())
         first = json.loads(blocks.read_text().splitlines()[0])
         assert list(first) == ["v", "workload", "prompt_id", "pos", "drafts"]
+
+
+def test_threads_mean_what_they_say_and_the_manifest_records_them(zoo, tmp_path):
+    import os
+
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        for given, want in ((["--threads", "1"], 1), ([], os.cpu_count() or 1)):  # default: every core
+            out = tmp_path / f"t{want}{len(given)}"
+            code, text = _cli(_base(zoo, out, "--mode", "sparse", *given))
+            assert code == 0, text
+            assert json.loads((out / "manifest.json").read_text())["hardware"]["threads"] == want
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_live_mode_run(zoo, tmp_path):

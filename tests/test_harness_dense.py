@@ -5,12 +5,12 @@ expected_accepted matches its definition."""
 import pytest
 import torch
 
-from harness import lm
+from harness.models import lm
 from harness.drafters import DrafterEnv, build_drafters, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.sampling import expected_accepted
-from harness.target import Target
-from harness.tiny import PROMPTS, make_zoo
+from harness.decode.engine import Engine, RunConfig
+from harness.models.sampling import expected_accepted
+from harness.models.target import Target
+from harness.models.tiny import PROMPTS, make_zoo
 
 torch.set_num_threads(1)
 MAX_NEW, K = 36, 5

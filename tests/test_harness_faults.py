@@ -16,9 +16,9 @@ import torch
 from typer.testing import CliRunner
 
 import sweep
-from harness import preflight, rundir
-from harness.lm import HarnessError
-from harness.tiny import make_zoo, write_workload_file
+from harness.campaign import preflight, rundir
+from harness.models.lm import HarnessError
+from harness.models.tiny import make_zoo, write_workload_file
 
 torch.set_num_threads(1)
 REPO = Path(sweep.__file__).resolve().parent
@@ -93,7 +93,7 @@ HOLD = """
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from harness.rundir import RunDir
+from harness.campaign.rundir import RunDir
 out = Path(sys.argv[1])
 rd = RunDir(out, json.loads((out / "manifest.json").read_text()), True)
 print("locked", flush=True)

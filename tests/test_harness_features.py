@@ -2,7 +2,7 @@
 the refusal of head directories (and partial weights) as draft models, and bfloat16 exactness.
 
 No upstream package is needed here (tests/reference/ has the tiers that compare with them): the
-public layouts are written by harness.eagle3.write_random / harness.dflash.write_random."""
+public layouts are written by harness.models.eagle3.write_random / harness.models.dflash.write_random."""
 
 import json
 
@@ -12,13 +12,13 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from harness import blocks, dflash, eagle3, lm
+from harness.models import blocks, dflash, eagle3, lm
 import sweep
 from harness.drafters import DrafterEnv, Prefix, build_drafters, feature_layers, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.lm import HarnessError
-from harness.target import Target
-from harness.tiny import PROMPTS, make_model, make_tokenizer, make_zoo, save_model, write_workload_file
+from harness.decode.engine import Engine, RunConfig
+from harness.models.lm import HarnessError
+from harness.models.target import Target
+from harness.models.tiny import PROMPTS, make_model, make_tokenizer, make_zoo, save_model, write_workload_file
 
 torch.set_num_threads(1)
 MAX_NEW, K = 24, 5

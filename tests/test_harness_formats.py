@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness import convert
+from harness.models import convert
 from harness.drafters import DrafterEnv, Prefix, build_drafters, parse_spec
-from harness.heads import EagleHead, MedusaHeads
-from harness.lm import HarnessError
-from harness.tiny import make_model, make_tokenizer
+from harness.models.heads import EagleHead, MedusaHeads
+from harness.models.lm import HarnessError
+from harness.models.tiny import make_model, make_tokenizer
 
 torch.set_num_threads(1)
 

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from harness.heads import EagleHead, MedusaHeads
-from harness.tiny import make_model, make_tokenizer
+from harness.models.heads import EagleHead, MedusaHeads
+from harness.models.tiny import make_model, make_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ import pytest
 import torch
 import transformers
 
-from harness import lm
+from harness.models import lm
 from harness.drafters import DrafterEnv, build_drafters, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.target import Target
-from harness.tiny import PROMPTS, make_zoo
+from harness.decode.engine import Engine, RunConfig
+from harness.models.target import Target
+from harness.models.tiny import PROMPTS, make_zoo
 
 torch.set_num_threads(1)
 MAX_NEW = 32
@@ -115,7 +115,7 @@ def test_live_policy(zoo):
 
 def test_sampled_output_is_drafter_invariant(zoo):
     if zoo["arch"] != "llama":
-        pytest.skip("one family suffices: the coupling lives in harness/sampling.py, not in the model")
+        pytest.skip("one family suffices: the coupling lives in harness/models/sampling.py, not in the model")
     T = 0.9
     drafters = _drafters(zoo, T, extra=[f"self=draft:path={zoo['target']}"])
     prompt = zoo["tok"](PROMPTS[0][2]).input_ids

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 import sweep
 from bandit.logs.errors import boundary
-from harness import merge
-from harness.shards import CampaignError
-from harness.tiny import make_zoo, write_workload_file
+from harness.campaign import merge
+from harness.campaign.shards import CampaignError
+from harness.models.tiny import make_zoo, write_workload_file
 from test_harness_shards import PROMPTS, assert_same_campaign, records
 
 torch.set_num_threads(1)
@@ -38,7 +38,7 @@ def zoo(tmp_path_factory):
 
 def _run(z, out, **over):
     kw = dict(target=str(z["target"]), drafter=z["specs"], workload_file=str(z["wl"]), out=str(out), k=4)
-    return sweep.run_sweep(**{**kw, "max_new_tokens": 16, "quiet": True, **over})
+    return sweep.run_sweep(**{**kw, "max_new_tokens": 16, "quiet": True, "threads": 1, **over})
 
 
 def _merge_cli(*args):
@@ -79,7 +79,7 @@ def test_merge_refuses_mixed_campaigns_and_duplicates(zoo, tmp_path):
 
 
 def test_merge_imports_no_torch():
-    code = "import sys; import harness.merge; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys; import harness.campaign.merge; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sweep
-from harness.tiny import make_zoo, write_workload_file
+from harness.models.tiny import make_zoo, write_workload_file
 from test_harness_shards import PROMPTS, assert_same_campaign
 
 ray = pytest.importorskip("ray")
@@ -33,13 +33,24 @@ def zoo(tmp_path_factory):
 
 def _kw(z, out, **over):
     kw = dict(target=str(z["target"]), drafter=z["specs"], workload_file=str(z["wl"]), out=str(out), k=4)
-    return {**kw, "max_new_tokens": 32, "quiet": True, **over}
+    return {**kw, "max_new_tokens": 32, "quiet": True, "threads": 1, **over}  # one thread a process, as each worker
 
 
 def test_sweep_on_ray_with_two_workers_equals_one_process(zoo, tmp_path):
     out = tmp_path / "ray"
     args = [sys.executable, str(REPO / "sweep.py"), "--ray", "--workers", "2", "--target", str(zoo["target"])]
-    args += ["--workload-file", str(zoo["wl"]), "--out", str(out), "--k", "4", "--max-new-tokens", "32"]
+    args += [
+        "--workload-file",
+        str(zoo["wl"]),
+        "--out",
+        str(out),
+        "--k",
+        "4",
+        "--max-new-tokens",
+        "32",
+        "--threads",
+        "1",
+    ]
     for d in zoo["specs"]:
         args += ["--drafter", d]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)  # starts a Ray of its own
@@ -94,7 +105,7 @@ def test_a_worker_killed_mid_run_ends_in_a_complete_campaign(zoo, cluster, tmp_p
 
 
 def test_a_worker_that_cannot_load_the_models_is_one_error_line(zoo, cluster, tmp_path):
-    from harness.lm import HarnessError
+    from harness.models.lm import HarnessError
 
     out = tmp_path / "bad"
     with pytest.raises(HarnessError, match="/nonexistent/model"):  # the worker's own error, not a dead actor

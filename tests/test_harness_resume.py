@@ -13,8 +13,8 @@ import torch
 
 import sweep
 from bandit.logs.reader import load_logs
-from harness.lm import HarnessError
-from harness.tiny import make_zoo, write_workload_file
+from harness.models.lm import HarnessError
+from harness.models.tiny import make_zoo, write_workload_file
 
 torch.set_num_threads(1)
 REPO = Path(sweep.__file__).resolve().parent

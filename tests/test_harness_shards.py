@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 import sweep
 from bandit.logs.reader import iter_records, load_logs
-from harness import rundir, shards
-from harness.lm import HarnessError
-from harness.tiny import make_zoo, write_workload_file
+from harness.campaign import rundir, shards
+from harness.models.lm import HarnessError
+from harness.models.tiny import make_zoo, write_workload_file
 
 torch.set_num_threads(1)
 REPO = Path(sweep.__file__).resolve().parent
@@ -49,6 +49,7 @@ def _kw(z, out, **over):
         k=4,
         max_new_tokens=24,
         quiet=True,
+        threads=1,  # every process alike: a thread count changes the float sums, shards must equal one process
     )
     return {**kw, **over}
 
@@ -94,7 +95,7 @@ def test_shards_are_deterministic_balanced_and_stable():
 def test_two_shards_side_by_side_pool_to_the_single_process_run(zoo, tmp_path):
     out = tmp_path / "campaign"
     base = [sys.executable, str(REPO / "sweep.py"), "--target", str(zoo["target"]), "--workload-file", str(zoo["wl"])]
-    base += ["--out", str(out), "--k", "4", "--max-new-tokens", "24"]
+    base += ["--out", str(out), "--k", "4", "--max-new-tokens", "24", "--threads", "1"]
     for d in zoo["specs"]:
         base += ["--drafter", d]
     procs = [  # at the same time, into one directory: shards do not refuse each other
@@ -156,8 +157,8 @@ HOLD = """
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from harness.rundir import RunDir
-from harness.shards import parse_shard
+from harness.campaign.rundir import RunDir
+from harness.campaign.shards import parse_shard
 out = Path(sys.argv[1])
 rd = RunDir(out, json.loads((out / "manifest.json").read_text()), True, shard=parse_shard(sys.argv[2]))
 print("locked", flush=True)
@@ -212,7 +213,7 @@ def test_locks_between_shards_and_whole_campaign_writers(zoo, tmp_path):
 
 
 def test_the_single_process_path_imports_no_ray():
-    code = "import sys, sweep, harness.worker, harness.rundir, harness.livephase; assert 'ray' not in sys.modules"
+    code = "import sys, sweep, harness.campaign.worker, harness.campaign.rundir, harness.decode.livephase; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 

@@ -7,8 +7,8 @@ import pytest
 
 import workloads as W
 from harness.drafters import Draft, Drafter, DrafterEnv, build_drafters, parse_spec
-from harness.lm import HarnessError
-from harness.tiny import make_tokenizer
+from harness.models.lm import HarnessError
+from harness.models.tiny import make_tokenizer
 
 
 def _jsonl(path, rows):

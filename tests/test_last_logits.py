@@ -5,8 +5,8 @@ from pathlib import Path
 
 import torch
 
-from harness import lm
-from harness.target import Target
+from harness.models import lm
+from harness.models.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 

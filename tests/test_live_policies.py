@@ -14,15 +14,15 @@ import torch
 from typer.testing import CliRunner
 
 import sweep
-from bandit.policies import livepolicies
+from bandit.policies import engines, livepolicies
 from bandit.logs import schema
 from bandit.logs.schema import BEST_OF_N, FIXED, LOOKUP_KINDS, PLAIN, POLICY
-from harness import livephase
+from harness.decode import livephase
 from harness.drafters import DrafterEnv, build_drafters, parse_spec
-from harness import lm
-from harness.engine import Engine, RunConfig
-from harness.target import Target
-from harness.tiny import make_zoo, write_workload_file
+from harness.models import lm
+from harness.decode.engine import Engine, RunConfig
+from harness.models.target import Target
+from harness.models.tiny import make_zoo, write_workload_file
 
 torch.set_num_threads(1)
 PROMPTS = [("code", f"c{i}", f"def f{i}(x):\n    return x * {i} + {i}\n\ndef g{i}(y):\n") for i in range(5)] + [
@@ -31,7 +31,7 @@ PROMPTS = [("code", f"c{i}", f"def f{i}(x):\n    return x * {i} + {i}\n\ndef g{i
 K, MAX_NEW, N_LIVE = 4, 40, 2
 # policies whose choices depend on no measured time: decoded live they equal their replay exactly
 # (specselect learns its step times from the verify forwards it observes, so its live run follows the clock)
-TIMING_FREE = ("selector", "ucbspec", "exp3spec", "hedge_query", "thompson_ctx")
+TIMING_FREE = ("selector", "ucbspec", "exp3spec", "hedge_query", "thompson_ctx") + engines.RULE_NAMES
 TIMES = ("wall_ms", "prefill_ms", "verify_ms", "draft_ms")
 
 

@@ -1,4 +1,4 @@
-"""Every run keeps its outputs (harness/outputs.py): outputs.jsonl holds one line per finished prompt, which an
+"""Every run keeps its outputs (harness/campaign/outputs.py): outputs.jsonl holds one line per finished prompt, which an
 independent transformers `generate` regenerates token for token from its prompt_ids; a kill and --resume leave
 exactly one line per finished prompt; two shards merge into the single run's lines; and a run from before
 outputs.jsonl gets the same file reconstructed from its logs."""
@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 import sweep
 import workloads
 from bandit.logs.errors import boundary
-from harness import lm, merge, outputs, rundir
-from harness.lm import HarnessError
-from harness.shards import CampaignError
-from harness.tiny import make_pair, write_workload_file
+from harness.models import lm
+from harness.campaign import merge, outputs, rundir
+from harness.models.lm import HarnessError
+from harness.campaign.shards import CampaignError
+from harness.models.tiny import make_pair, write_workload_file
 from test_harness_shards import PROMPTS  # 10 prompts, each of 2 shards holding prompts of both workloads
 
 torch.set_num_threads(1)

@@ -296,6 +296,12 @@ def test_make_policies_has_every_name():
         "linucb",
         "spec_select",
         "random",
+        "trtllm_sa",
+        "arctic_hybrid",
+        "sglang_hybrid",
+        "vllm_ngram_eagle",
+        "llamacpp_first",
+        "hvd",
     }
     assert UCBSpec(reward="throughput").name == "ucbspec_throughput"
     assert UCBSpec(reward="throughput").clone(random_state=3).name == "ucbspec_throughput"

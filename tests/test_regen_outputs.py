@@ -46,8 +46,8 @@ def _smollm2_run() -> Path:
 
 @pytest.mark.smollm2
 def test_smollm2_run_regenerates_exactly_from_the_gguf(regen, capsys):
-    from harness import gguf
-    from harness.lm import HarnessError
+    from harness.models import gguf
+    from harness.models.lm import HarnessError
 
     run = _smollm2_run()
     try:

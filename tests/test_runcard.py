@@ -68,3 +68,19 @@ def test_heads_of_another_run_are_refused(tmp_path):
     (h / "training_info.json").write_text(json.dumps({"sha256": {"weights": "0" * 64}}))
     with pytest.raises(runcard.CardError, match="not any drafter's"):
         runcard.write(d, [h])
+
+
+def test_a_runs_copy_of_a_card_names_no_machines_path(tmp_path):
+    card = json.loads((REPO / "runs" / "smollm2-20261203" / "cards" / "eagle.json").read_text())
+    card["target"]["path"] = "/somewhere/else/models/smollm2-135m-instruct"  # where a trainer's models root was
+    card["command"] = card["command"].replace(
+        card["command"].split("--models ")[1].split()[0], "/somewhere/else/models"
+    )
+    m = {"target": {"path": "models/smollm2-135m-instruct", "sha256": "t" * 64}}
+    got = runcard.run_copy(card, "w" * 64, m)
+    assert "/somewhere" not in json.dumps(got) and str(tmp_path) not in json.dumps(got)
+    assert got["command"].startswith("python -m zoo.heads --models $SPECBANDIT_MODELS ")
+    assert "--out $SPECBANDIT_MODELS/smollm2-heads" in got["command"]
+    assert got["path"] == "$SPECBANDIT_MODELS/smollm2-heads/eagle"
+    assert got["sha256"]["weights"] == "w" * 64 and got["target"] == {**card["target"], **m["target"]}
+    assert got["heldout_acceptance"] == card["heldout_acceptance"]  # the numbers as the trainer measured them

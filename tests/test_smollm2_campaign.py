@@ -1,4 +1,4 @@
-"""harness/smollm2.py: the real-model campaign's stages are commands the sweep and zoo.heads accept, on prompts
+"""harness/campaign/smollm2.py: the real-model campaign's stages are commands the sweep and zoo.heads accept, on prompts
 that exist, with the heads' training prompts disjoint from the campaign's (the campaign itself: issue 23)."""
 
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import smollm2
+from harness.campaign import smollm2
 from harness.drafters.registry import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from bandit.stats import steps
 from bandit.policies import livepolicies
 from bandit.policies.livepolicies import LIVE_POLICIES
 from bandit.logs.reader import LogError, load_logs
-from harness import livephase
-from harness.tiny import make_zoo, write_workload_file
+from harness.decode import livephase
+from harness.models.tiny import make_zoo, write_workload_file
 
 torch.set_num_threads(1)
 PROMPTS = [("code", f"c{i}", f"def f{i}(x):\n    return x * {i} + {i}\n\ndef g{i}(y):\n") for i in range(6)] + [
@@ -70,12 +70,12 @@ def step_timed(t) -> set[str]:
 
 def test_dense_walk_predicts_the_live_passes_exactly(run):
     t = load_logs([run["dir"]])
-    res = wallclock.evaluate(t, wallclock.read_live(run["dir"]), run["dir"].name, n_resamples=200)
+    res = wallclock.evaluate(t, livelog.read_live(run["dir"]), run["dir"].name, n_resamples=200)
     timed = step_timed(t)
     n_timed = sum(r["config"] in timed for r in _live(run["dir"]))
     assert len(_live(run["dir"])) - n_timed <= res.passes_agree[0] <= res.passes_agree[1] == len(_live(run["dir"]))
     assert res.same_as_dense[0] == res.same_as_dense[1]
-    for d in wallclock.decodes(t, wallclock.read_live(run["dir"])):
+    for d in wallclock.decodes(t, livelog.read_live(run["dir"])):
         if d.config not in timed:  # passes, verified tokens, calls and choices, all of them
             np.testing.assert_array_equal(d.x_live, d.x_dense)
             if d.config.startswith("policy:"):
@@ -222,22 +222,22 @@ def test_bad_live_lines_are_refused_with_their_line(run, tmp_path, edit, match):
     edit(live[1])
     (tmp_path / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live))
     with pytest.raises(LogError, match=rf"live.jsonl:2: .*{match}"):
-        wallclock.read_live(tmp_path)
+        livelog.read_live(tmp_path)
 
 
 def test_no_live_phase_is_a_clear_error(tmp_path):
     with pytest.raises(LogError, match="no live phase"):
-        wallclock.read_live(tmp_path)
+        livelog.read_live(tmp_path)
 
 
 def test_live_files_with_a_duplicate_or_a_missing_configuration_are_refused(run, tmp_path):
     live = _live(run["dir"])
     (tmp_path / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live + live[:1]))
     with pytest.raises(LogError, match="a second time"):
-        wallclock.read_live(tmp_path)
+        livelog.read_live(tmp_path)
     (tmp_path / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live[1:]))
     with pytest.raises(LogError, match="lacks"):
-        wallclock.read_live(tmp_path)
+        livelog.read_live(tmp_path)
 
 
 def test_live_lines_that_do_not_match_the_dense_log_name_their_line(run, tmp_path):
@@ -251,7 +251,7 @@ def test_live_lines_that_do_not_match_the_dense_log_name_their_line(run, tmp_pat
             r["config"] = "fixed:bogus"
     (d / "live.jsonl").write_text("".join(json.dumps(r) + "\n" for r in live))
     first = next(i for i, r in enumerate(live, 1) if r["config"] == "fixed:bogus")
-    with pytest.raises(LogError, match=rf"live.jsonl:{first}: config: 'fixed:bogus' names none"):
+    with pytest.raises(LogError, match=rf"live.jsonl:{first}: config: 'fixed:bogus' names no drafter of the run"):
         wallclock.main([d], n_resamples=20)
 
 

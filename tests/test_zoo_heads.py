@@ -3,18 +3,19 @@ drafters, carry a card that matches their files, are byte-identical on a rerun w
 held-out acceptance is what a brute-force recomputation from the head modules gives."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from harness import lm
+from harness.models import lm
 from harness.drafters import DrafterEnv, Prefix, build_drafters, common_prefix, parse_spec
-from harness.heads import EagleHead, MedusaHeads
-from harness.tiny import PROMPTS, make_model, make_tokenizer, save_model, write_workload_file
+from harness.models.heads import EagleHead, MedusaHeads
+from harness.models.tiny import PROMPTS, make_model, make_tokenizer, save_model, write_workload_file
 from zoo import EAGLE_DIR, MEDUSA_DIR, TARGET_DIR
 from zoo.heads import main
 from zoo.heads_data import Example, teacher_forced
-from harness.gguf import file_sha256
+from harness.models.gguf import file_sha256
 from zoo.heads_eval import accepted_lengths, drafters_for, heldout_acceptance
 
 torch.set_num_threads(1)
@@ -119,7 +120,7 @@ def test_heldout_acceptance_equals_a_brute_force_recomputation(trained):
     tok = lm.load_tokenizer(TARGET_DIR)
     item = load_named("math")[0]
     prompt = item.token_ids(tok)
-    from harness.target import Target
+    from harness.models.target import Target
 
     y, _, _ = Target(t, tok).generate(prompt, 32, 0)
     ex = Example("math", item.prompt_id, prompt, [int(v) for v in y])
@@ -144,3 +145,18 @@ def test_heldout_acceptance_equals_a_brute_force_recomputation(trained):
             mean = heldout_acceptance({n: d}, target, [e], K)[n]["mean"]
             assert mean == round(sum(acc) / len(acc), 4)
     assert some > 0  # the comparison is not vacuous
+
+
+def test_a_card_records_paths_relative_to_the_models_root_or_the_repository(tmp_path, monkeypatch):
+    from zoo.heads import abs_argv, portable
+
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "models"
+    argv = ["--models", str(root), "--target", "t", "--out", "models/heads", "--prompts=p.jsonl", "--seed", "1"]
+    cmd = portable("python -m zoo.heads " + " ".join(abs_argv(argv)), root)
+    assert cmd == (
+        "python -m zoo.heads --models $SPECBANDIT_MODELS --target t --out $SPECBANDIT_MODELS/heads "
+        f"--prompts={tmp_path / 'p.jsonl'} --seed 1"  # outside both roots: the user's own path, resolved
+    )
+    repo = Path(__file__).resolve().parents[1]
+    assert portable(str(repo / "zoo" / "target"), None) == "zoo/target"

@@ -60,7 +60,7 @@ def test_target_and_draft_load_offline(target):
 
 
 def test_heads_load_on_target(target):
-    from harness.heads import EagleHead, MedusaHeads
+    from harness.models.heads import EagleHead, MedusaHeads
 
     m = MedusaHeads.load(MEDUSA_DIR, target)
     e = EagleHead.load(EAGLE_DIR, target)
@@ -219,10 +219,10 @@ def test_best_of_n_live_on_the_zoo_equals_greedy_through_eos_with_its_cache_and_
     cache and the features it leaves equal plain greedy generation's."""
     import torch
 
-    from harness import lm
+    from harness.models import lm
     from harness.drafters import DrafterEnv, build_drafters, parse_spec
-    from harness.engine import Engine, RunConfig
-    from harness.target import Target
+    from harness.decode.engine import Engine, RunConfig
+    from harness.models.target import Target
     from workloads import load
 
     torch.set_num_threads(1)

@@ -26,7 +26,7 @@ DESCRIPTIONS = {
     ),
     "medusa": (
         "**Medusa-1 heads** on the frozen target's last hidden state (format "
-        "`specbandit-medusa-v1`, class `harness.heads.MedusaHeads`; load with "
+        "`specbandit-medusa-v1`, class `harness.models.heads.MedusaHeads`; load with "
         "`MedusaHeads.load(dir, target)`). Head i at position t is trained on the "
         "target's own greedy token for t+1+i on teacher-forced corpus windows "
         "(self-distillation); the target's embedding and lm_head are not stored."
@@ -34,7 +34,7 @@ DESCRIPTIONS = {
     "eagle": (
         "An **EAGLE-1 style feature-level head** (one Llama decoder layer over "
         "`fc(cat(feature, embedding))`; format `specbandit-eagle-v1`, class "
-        "`harness.heads.EagleHead`; load with `EagleHead.load(dir, target)`), trained on "
+        "`harness.models.heads.EagleHead`; load with `EagleHead.load(dir, target)`), trained on "
         "the frozen target's last hidden state: smooth-L1 regression of the next feature "
         "+ w_ce x cross entropy of lm_head(predicted feature) against the target's greedy "
         "token."

@@ -67,7 +67,7 @@ def record_copy_probe() -> tuple[dict, dict]:
 
     import numpy as np
 
-    from harness import lm
+    from harness.models import lm
     from .cards import refresh
     from .data import heldout_tokens
 
@@ -109,10 +109,10 @@ def main(argv=None) -> int:
     import torch
 
     import workloads as wlmod
-    from harness import lm
+    from harness.models import lm
     from harness.drafters import DrafterEnv, build_drafters, parse_spec
-    from harness.engine import Engine, RunConfig
-    from harness.target import Target
+    from harness.decode.engine import Engine, RunConfig
+    from harness.models.target import Target
 
     torch.set_num_threads(1)
     tok = lm.load_tokenizer(TARGET_DIR)

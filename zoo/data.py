@@ -8,6 +8,7 @@ the step only) and the copy drills; ``get_torch`` (torch on 2 threads) and ``log
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -40,8 +41,9 @@ def get_torch():
 def log(msg, path=None):
     line = f"[{time.strftime('%H:%M:%S')}] {msg}"
     print(line, flush=True)
-    if path:
-        with open(path, "a") as f:
+    if path:  # appended, never through a symlink (O_NOFOLLOW: a symlink there is an OSError)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "a") as f:
             f.write(line + "\n")
 
 

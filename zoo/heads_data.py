@@ -4,10 +4,10 @@ Prompts are workloads.py's (a JSONL file or named workloads), rendered and token
 ``workloads.PromptItem.token_ids`` exactly as the harness renders them (the tokenizer's chat template when it
 has one). The held-out part is a second file, or the prompts whose stable hash (sha256 of workload and
 prompt_id) falls below a fraction. The target's greedy output on every prompt is generated once by
-``harness.target.Target.generate`` (the forwards the live loop makes) and cached in the output directory as
+``harness.models.target.Target.generate`` (the forwards the live loop makes) and cached in the output directory as
 safetensors of token ids (``GreedyCache``), rewritten atomically every few prompts, so a killed or repeated
 run resumes. The training features are then computed by teacher forcing (one forward per sequence,
-``harness.lm.forward``): the target's last hidden state (``hidden_states[-1]``, lm_head's input, what both
+``harness.models.lm.forward``): the target's last hidden state (``hidden_states[-1]``, lm_head's input, what both
 Medusa and EAGLE heads read) and its greedy token (argmax) at every position, packed into one ``Stream``.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 import workloads
-from harness import lm
+from bandit.logs.safeio import write_file
+from harness.models import lm
 from workloads import PromptItem, WorkloadError
 
 CACHE_FORMAT = "specbandit-zoo-heads-greedy-v1"
@@ -86,6 +87,8 @@ def split_prompts(
     `frac` (at least one when frac > 0: the lowest)."""
     if heldout_file:
         held = _limit(workloads.load_workload_file(heldout_file, Path(heldout_file).stem), limit)
+        if not held:
+            raise WorkloadError(f"--heldout {heldout_file}: no prompts")
         keys = {(p.workload, p.prompt_id) for p in held}
         train = [p for p in items if (p.workload, p.prompt_id) not in keys]
         how = f"held-out file {heldout_file} ({len(items) - len(train)} of its prompts dropped from training)"
@@ -103,11 +106,14 @@ def split_prompts(
 
 
 def render(items: list[PromptItem], tok, max_positions: int | None, max_new: int) -> tuple[list, list[str]]:
-    """[(item, prompt ids)] with the harness's rendering; prompts too long for the target are skipped (named)."""
+    """[(item, prompt ids)] with the harness's rendering; prompts too long for the target are skipped (named), a
+    prompt that renders to no token is refused."""
     out, skipped = [], []
     for p in items:
         ids = p.token_ids(tok)
-        if not ids or (max_positions and len(ids) + max_new > max_positions):
+        if not ids:
+            raise WorkloadError(f"prompt {p.workload}/{p.prompt_id}: renders to no tokens (an empty prompt)")
+        if max_positions and len(ids) + max_new > max_positions:
             skipped.append(f"{p.workload}/{p.prompt_id}")
             continue
         out.append((p, ids))
@@ -121,31 +127,48 @@ class GreedyCache:
     (int64, one per entry); metadata: the format, the target's sha256, max_new_tokens and the entries' keys
     (JSON). The file name carries the target's sha256 and max_new_tokens, so other settings never mix."""
 
-    def __init__(self, out: Path, target_sha: str, max_new: int):
+    def __init__(self, out: Path, target_sha: str, max_new: int, vocab: int | None = None):
         self.path = Path(out) / f"greedy-{target_sha[:16]}-n{max_new}.safetensors"
         self.meta = {"format": CACHE_FORMAT, "target_sha256": target_sha, "max_new_tokens": str(max_new)}
+        self.vocab, self.max_new = vocab, max_new
         self.entries: dict[str, tuple[list[int], list[int]]] = {}
-        if self.path.is_file():
-            self._read()
+        if self.path.is_file() and not self.path.is_symlink():
+            try:
+                self.entries = self._read()
+            except Exception as e:  # any unreadable cache (safetensors' own error too) is rebuilt
+                why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                print(f"note: the greedy cache {self.path} was discarded ({why}); regenerated", file=sys.stderr)
 
-    def _read(self) -> None:
+    def _read(self) -> dict[str, tuple[list[int], list[int]]]:
+        """The entries of a valid cache file; any problem (truncated, garbage, other settings) raises."""
         from safetensors import safe_open
 
         with safe_open(str(self.path), "np") as f:
             meta = f.metadata() or {}
             for k, v in self.meta.items():
                 if meta.get(k) != v:
-                    raise WorkloadError(f"{self.path}: metadata {k}={meta.get(k)!r}, expected {v!r}; remove the file")
+                    raise ValueError(f"metadata {k}={meta.get(k)!r}, expected {v!r}")
             ids, npr, nout = (f.get_tensor(n) for n in ("ids", "n_prompt", "n_output"))
         keys = json.loads(meta["keys"])
-        o = 0
+        if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys) and len(set(keys)) == len(keys)):
+            raise ValueError("keys: not a list of distinct names")
+        shapes = (ids.ndim, npr.ndim, nout.ndim, len(npr), len(nout))
+        if shapes != (1, 1, 1, len(keys), len(keys)) or (npr < 1).any() or (nout < 0).any():
+            raise ValueError("the entries' sizes do not match their keys")
+        if (nout > self.max_new).any() or int(npr.sum()) + int(nout.sum()) != len(ids):
+            raise ValueError(f"{len(ids)} token ids, the entries' sizes sum to {int(npr.sum()) + int(nout.sum())}")
+        if len(ids) and (int(ids.min()) < 0 or (self.vocab is not None and int(ids.max()) >= self.vocab)):
+            raise ValueError(f"a token id outside the target's vocabulary of {self.vocab}")
+        entries, o = {}, 0
         for key, a, b in zip(keys, npr.tolist(), nout.tolist()):
             seq = ids[o : o + a + b].astype(np.int64).tolist()
-            self.entries[key] = (seq[:a], seq[a:])
+            entries[key] = (seq[:a], seq[a:])
             o += a + b
+        return entries
 
     def save(self) -> None:
-        from safetensors.numpy import save_file
+        """Rewrite the file atomically, never through a symlink (bandit/logs/safeio.py)."""
+        from safetensors.numpy import save
 
         if not self.entries:
             return
@@ -156,9 +179,8 @@ class GreedyCache:
             "n_prompt": np.asarray([len(self.entries[k][0]) for k in keys], dtype=np.int64),
             "n_output": np.asarray([len(self.entries[k][1]) for k in keys], dtype=np.int64),
         }
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        save_file(arrays, str(tmp), metadata={**self.meta, "keys": json.dumps(keys)})
-        os.replace(tmp, self.path)
+        data = save(arrays, metadata={**self.meta, "keys": json.dumps(keys)})
+        write_file(self.path, lambda f: f.write(data))
 
     def get(self, key: str, prompt: list[int]) -> list[int] | None:
         hit = self.entries.get(key)
@@ -170,7 +192,7 @@ def greedy_examples(target, tok, cache: GreedyCache, rendered: list, desc: str, 
     `threads` torch threads (one-token forwards gain little from threads and lose much on a shared CPU)."""
     import torch
 
-    from harness.target import Target
+    from harness.models.target import Target
 
     was = torch.get_num_threads()
     torch.set_num_threads(threads)

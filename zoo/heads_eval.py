@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bandit.logs.safeio import write_text
 from harness.drafters import DrafterEnv, Sequence, build_drafters, common_prefix, parse_spec
 
 from .heads_data import Example, teacher_forced
@@ -72,31 +73,32 @@ def heldout_acceptance(drafters: dict, target, examples: list[Example], k: int) 
 
 
 DESCRIPTION = {
-    "medusa": "Medusa-1 heads (harness.heads.MedusaHeads, format specbandit-medusa-v1): head i reads the target's "
+    "medusa": "Medusa-1 heads (harness.models.heads.MedusaHeads, format specbandit-medusa-v1): head i reads the target's "
     "last hidden state at t and predicts the token at t + 1 + i; trained on the target's own greedy outputs.",
-    "eagle": "EAGLE-1 style head (harness.heads.EagleHead, format specbandit-eagle-v1): one Llama decoder layer over "
+    "eagle": "EAGLE-1 style head (harness.models.heads.EagleHead, format specbandit-eagle-v1): one Llama decoder layer over "
     "fc(cat(feature t, embedding of token t + 1)) predicts feature t + 1, read by the target's lm_head; trained on "
     "the target's own greedy outputs and features.",
 }
 
 
-def write_card(d: Path, kind: str, info: dict) -> None:
-    """training_info.json (every field) and README.md (the same, for a reader) in the head's directory."""
-    (d / "training_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+def write_card(d: Path, kind: str, info: dict, json_file: Path | None = None, md_file: Path | None = None) -> None:
+    """training_info.json (every field) and README.md (the same, for a reader) in the head's directory (or at
+    `json_file` and `md_file`: a run's copy, zoo/runcard.py)."""
+    write_text(json_file or d / "training_info.json", json.dumps(info, indent=2, sort_keys=True) + "\n")
     acc, data = info["heldout_acceptance"], info["data"]
     lines = [
         f"# {kind} heads for {info['target']['path']}",
         "",
         DESCRIPTION[kind],
         "",
-        f"Load: `--drafter {kind}={kind}:path={d}` (the target's embedding and lm_head are not stored).",
+        f"Load: `--drafter {kind}={kind}:path={info.get('path', d)}` (the target's embedding and lm_head are not stored).",
         "",
         "## Training",
         "",
         f"- kind: {kind}; config `{json.dumps(info['config'], sort_keys=True)}`; {info['params']:,} trained parameters",
-        f"- target: `{info['target']['path']}`, sha256 `{info['target']['sha256']}` (harness.lm.weights_sha256)",
+        f"- target: `{info['target']['path']}`, sha256 `{info['target']['sha256']}` (harness.models.lm.weights_sha256)",
         f"- weights: `model.safetensors` sha256 `{info['sha256']['model.safetensors']}`; directory "
-        f"(harness.lm.weights_sha256) `{info['sha256']['weights']}`; float16",
+        f"(harness.models.lm.weights_sha256) `{info['sha256']['weights']}`; float16",
         f"- data: {data['train_prompts']} training prompts ({data['source']}), {data['train_tokens']:,} tokens "
         f"({data['train_output_tokens']:,} of them the target's greedy output, max {data['max_new_tokens']} new), "
         f"{data['loss_positions']:,} loss positions; held out: {data['heldout_prompts']} prompts ({data['split']})",
@@ -127,4 +129,4 @@ def write_card(d: Path, kind: str, info: dict) -> None:
         lines += ["On the same held-out positions:", "", "| drafter | mean accepted length |", "|---|---|"]
         lines += [f"| {n} | {r['mean']:.3f} |" for n, r in info["compared"].items() if r["mean"] is not None]
         lines += [""]
-    (d / "README.md").write_text("\n".join(lines))
+    write_text(md_file or d / "README.md", "\n".join(lines))

@@ -1,6 +1,6 @@
 """Training of ``python -m zoo.heads``: Medusa-1 heads and an EAGLE head on a target's own features.
 
-The heads are harness.heads' ``MedusaHeads`` and ``EagleHead`` (the classes and on-disk formats the harness's
+The heads are harness.models.heads' ``MedusaHeads`` and ``EagleHead`` (the classes and on-disk formats the harness's
 ``medusa`` and ``eagle`` drafters load), sized from the target: hidden size and vocabulary from its lm_head,
 EAGLE's attention heads, key/value heads, MLP width, RoPE base and norm epsilon from its config. The losses are
 those of zoo/students.py (``medusa_loss``, ``eagle_loss``), restricted to the packed stream's loss positions
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import time
 
-from harness.heads import EagleHead, MedusaHeads
-from harness.head_formats import target_dims
+from harness.models.heads import EagleHead, MedusaHeads
+from harness.models.head_formats import target_dims
 
 from .data import get_torch
 from .heads_data import Stream, window_batch

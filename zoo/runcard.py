@@ -25,6 +25,9 @@ import sys
 from pathlib import Path
 
 from bandit.logs.safeio import write_text
+from harness.models import lm
+from zoo.heads import portable
+from zoo.heads_eval import write_card
 
 from .cards import count_output, output_gates, output_table
 
@@ -49,7 +52,7 @@ def output_stats(run: Path) -> dict[str, dict[str, int]]:
     """Per workload (in order of first appearance) over every outputs*.jsonl of the run: n, ge16, loop, tokens."""
     files = sorted(run.glob("outputs*.jsonl"))
     if not files:
-        raise CardError(f"{run}: no outputs.jsonl (a run of the sweep writes one; see harness/outputs.py)")
+        raise CardError(f"{run}: no outputs.jsonl (a run of the sweep writes one; see harness/campaign/outputs.py)")
     stats: dict[str, dict[str, int]] = {}
     for f in files:
         for lineno, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
@@ -96,27 +99,57 @@ def drafter_lines(m: dict) -> list[str]:
 
 def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
     """Each head card into RUN/cards/<drafter name>.{md,json}, matched to the manifest's drafter by the weights'
-    sha256 (a card whose weights no drafter of the run used is refused)."""
+    identity (a card whose weights no drafter of the run used is refused); then every card RUN/cards holds (those
+    copied earlier too, whose weights may be gone) written again as the run shows it (`run_copy`), and a line each."""
     by_sha = {d.get("sha256"): n for n, d in m["drafters"].items() if d.get("sha256")}
-    lines = []
+    dest = run / "cards"
     for h in heads:
-        info = _json(h / "training_info.json")
-        name = by_sha.get((info.get("sha256") or {}).get("weights"))
+        ident = lm.weights_sha256(h)  # the weights' identity now (harness/models/identity.py), not as recorded
+        name = by_sha.get(ident)
         if name is None:
             raise CardError(f"{h}: its weights are not any drafter's of the run (sha256 differs from the manifest's)")
-        dest = run / "cards"
         dest.mkdir(exist_ok=True)
-        for src, suffix in ((h / "README.md", ".md"), (h / "training_info.json", ".json")):
-            write_text(dest / f"{name}{suffix}", src.read_text(encoding="utf-8"))
+        info = _json(h / "training_info.json")
+        write_card(h, info["kind"], run_copy(info, ident, m), dest / f"{name}.json", dest / f"{name}.md")
+    lines = []
+    for f in sorted(dest.glob("*.json")) if dest.is_dir() else []:
+        name, info = f.stem, _json(f)
+        if name not in m["drafters"]:
+            raise CardError(f"{f}: names no drafter of the run")
+        info = run_copy(info, m["drafters"][name].get("sha256"), m)
+        write_card(dest, info["kind"], info, f, f.with_suffix(".md"))
         acc = info["heldout_acceptance"]
         lines.append(
-            f"- `{name}` ({info['kind'] if 'kind' in info else m['drafters'][name]['kind']}): trained "
+            f"- `{name}` ({info['kind']}): trained "
             f"{info['train_wall_s']:.0f} s on {info['data']['train_prompts']} prompts "
             f"({info['data']['train_tokens']:,} tokens); held-out mean accepted length at k={acc['k']}: "
             + (f"{acc['mean']:.3f}" if acc["mean"] is not None else "-")
             + f" over {acc['prompts']} prompts [MEASURED]; card `cards/{name}.md`"
         )
     return lines
+
+
+def run_copy(info: dict, ident: str | None, m: dict) -> dict:
+    """The head's card as the run shows it: its weights and target named by their identities as the run's manifest
+    records them, and every path relative to the models root ($SPECBANDIT_MODELS) or the repository, never the
+    machine's that trained it (a card made before paths were recorded so keeps its numbers, not their paths)."""
+    out = json.loads(json.dumps(info))
+    trained = Path(info["target"]["path"])  # where the trainer's models root was: the target lies in it
+    command = out["command"]
+    if trained.is_absolute():
+        command = command.replace(str(trained.parent), "$SPECBANDIT_MODELS")
+    out["command"] = portable(command, None)
+    out["path"] = portable(out.get("path") or _out_of(out["command"]) + "/" + out["kind"], None)
+    out["sha256"]["weights"] = ident
+    out["target"]["sha256"] = m["target"]["sha256"]
+    out["target"]["path"] = m["target"]["path"]
+    return out
+
+
+def _out_of(command: str) -> str:
+    """The --out directory a zoo.heads command names (where it wrote each head's directory)."""
+    words = command.split()
+    return words[words.index("--out") + 1] if "--out" in words[:-1] else "."
 
 
 def _shown(p: Path) -> str:

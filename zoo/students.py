@@ -92,7 +92,7 @@ def draft_loss(draft, x, t_logits):
 
 def _make_student(name, target, tok):
     torch = get_torch()
-    from harness.heads import EagleHead, MedusaHeads
+    from harness.models.heads import EagleHead, MedusaHeads
 
     torch.manual_seed(STUDENT_SEED[name])
     if name == "draft":
@@ -227,7 +227,7 @@ def head_agreement(name, head, target) -> dict:
 
 def _stage_students(names, **kw):
     torch = get_torch()
-    from harness.heads import EagleHead, MedusaHeads
+    from harness.models.heads import EagleHead, MedusaHeads
 
     a = {**STUDENT_DEFAULTS, **{k: v for k, v in kw.items() if v is not None}}
     models, target, infos = train_students(list(names), a["steps"], a["batch"], a["seed"])

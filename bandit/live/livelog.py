@@ -1,6 +1,8 @@
 """The live phase's log read and checked: live.jsonl, one line per configuration and prompt, against the dense log.
 
-`read_live` type-checks every field of every line (errors name the run's file and line);
+`load_live` is the one reader every command shares (ci, the live verdicts, wallclock, breakeven): `read_live`
+type-checks every field of every line, `check_against` what the run's dense log can refute (errors name the run's
+file and line);
 `decodes` pairs each live decode with what the dense log says of the same prompt along the same
 configuration's trajectory: the design rows of bandit/wallclock.py's timing model. Configurations
 (bandit/logs/schema.py): `plain` (the target's own greedy loop), `fixed:<drafter>`, `best_of_n` and
@@ -112,6 +114,7 @@ def _config_problem(config: str, policies) -> str | None:
 
 
 DAY_MS = 86_400_000.0  # no decode of one prompt takes a day
+MIN_PASS_MS = 1e-3  # nor does a target pass take under a microsecond: a smaller wall_ms is corrupt, not fast
 MAX_TOKENS = 2**20  # the output budget when the run records none
 MAX_PROMPT_LEN = 2**31
 
@@ -138,6 +141,8 @@ def _check_ranges(rec: dict, path: Path, i: int, budget: int) -> None:
         raise LogError(path, i, "passes", f"{rec['passes']} target passes for {rec['tokens']} tokens")
     if rec["verified"] < rec["passes"]:  # every pass verifies at least its own token
         raise LogError(path, i, "verified", f"{rec['verified']} verified tokens in {rec['passes']} passes")
+    if rec["wall_ms"] < MIN_PASS_MS * max(rec["passes"], 1):
+        raise LogError(path, i, "wall_ms", f"{rec['wall_ms']!r} ms is under {MIN_PASS_MS} ms a target pass")
     if rec["wall_ms"] >= DAY_MS:
         raise LogError(path, i, "wall_ms", f"{rec['wall_ms']!r} ms is a day or more for one prompt")
     if any(v >= DAY_MS for v in rec["draft_ms"].values()):
@@ -175,8 +180,8 @@ def read_live(run: Path) -> list[dict]:
             if f not in rec:
                 raise LogError(path, i, f, "missing field")
         for f in ("config", "workload", "prompt_id"):
-            if not isinstance(rec[f], str) or not rec[f]:
-                raise LogError(path, i, f, f"{rec[f]!r} is not a name")
+            if not isinstance(rec[f], str) or not rec[f] or not rec[f].isprintable():
+                raise LogError(path, i, f, f"{rec[f]!r} is not a name (printable text, no control characters)")
         why = _config_problem(rec["config"], policies)
         if why:
             raise LogError(path, i, "config", why)
@@ -221,6 +226,61 @@ def read_live(run: Path) -> list[dict]:
     return out
 
 
+def load_live(run: Path, t: BlockTable) -> list[dict]:
+    """The one reader of a run's live.jsonl every command shares (ci, the live verdicts, wallclock, breakeven):
+    `read_live`'s per-line checks, then `check_against` the run's dense log t. A LogError names the line."""
+    path = Path(run) / LIVE_FILE
+    live = read_live(Path(run))
+    check_against(t, live, path)
+    return live
+
+
+def _run_drafters(t: BlockTable) -> set[str]:
+    """The drafters of the run t was read from (its manifest's; t's own when it has none): a table of some of them
+    (`--drafters`) still reads live lines naming the others."""
+    named = set(t.drafters)
+    for m in t.manifests:
+        if isinstance(m.get("drafters"), dict):
+            named |= set(m["drafters"])
+    return named
+
+
+def prompt_lengths(run: Path) -> dict[str, int]:
+    """Each prompt's length in tokens as the run's outputs*.jsonl record it (`workload/prompt_id` -> length;
+    {} when the run has none or a line is unreadable: then only the live lines' agreement is checked)."""
+    out: dict[str, int] = {}
+    for f in sorted(Path(run).glob("outputs*.jsonl")):
+        try:
+            for raw in f.read_text(encoding="utf-8").splitlines():
+                r = json.loads(raw)
+                out[f"{r['workload']}/{r['prompt_id']}"] = len(r["prompt_ids"])
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            return {}
+    return out
+
+
+def check_against(t: BlockTable, live: Sequence[dict], path: Path | str = LIVE_FILE) -> None:
+    """What a live line says that the run's dense log can refute, located by line: a `fixed:` drafter, `calls`,
+    `chosen` or `draft_ms` key naming no drafter of the run; a prompt length that differs between configurations
+    of one prompt or from the run's outputs; a decode marked the dense log's output with another token count."""
+    drafters = _run_drafters(t)
+    lengths = prompt_lengths(Path(path).parent)
+    seen: dict[str, int] = {}
+    for r in live:
+        i, key = r.get("_line", 0), f"{r['workload']}/{r['prompt_id']}"
+        if r["config"].startswith(FIXED) and r["config"][len(FIXED) :] not in drafters:
+            raise LogError(path, i, "config", f"{r['config']!r} names no drafter of the run {sorted(drafters)}")
+        for f in ("calls", "chosen", "draft_ms"):
+            bad = sorted(set(r.get(f) or {}) - drafters)
+            if bad:
+                raise LogError(path, i, f, f"names {bad}, not among the run's drafters {sorted(drafters)}")
+        want = lengths.get(key, seen.get(key))
+        if want is not None and r["prompt_len"] != want:
+            raise LogError(path, i, "prompt_len", f"{r['prompt_len']} for {key}, whose prompt has {want} tokens")
+        seen.setdefault(key, r["prompt_len"])
+    check_tokens(t, live, path)
+
+
 def _count(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
 
@@ -232,7 +292,7 @@ def policy_timing(t: BlockTable) -> Timing:
     k = max(int(t.draft_len.max(initial=0)), 1)
     pt = (m.get("live") or {}).get("policy_timing")
     if pt:
-        # lookups by the manifest's drafter kinds, as harness/livephase.py builds the live policies' Timing
+        # lookups by the manifest's drafter kinds, as harness/decode/livephase.py builds the live policies' Timing
         return Timing.from_manifest({"k": m.get("k"), "drafters": m.get("drafters"), "timing": pt}, t.drafters, k=k)
     return Timing.from_manifest(m, t.drafters, k=k)
 
@@ -357,8 +417,10 @@ if __name__ == "__main__":
     from bandit.logs.reader import demo
     from collections import Counter
 
+    from bandit.logs.reader import load_logs
+
     def body(files, said: str) -> None:
-        live = read_live(files[0].parent)
+        live = load_live(files[0].parent, load_logs(files))
         print(
             f"{files[0].parent / LIVE_FILE}: {len(live)} decodes; "
             + ", ".join(f"{c} {n}" for c, n in sorted(Counter(r["config"] for r in live).items()))

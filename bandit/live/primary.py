@@ -33,7 +33,7 @@ import numpy as np
 
 from bandit.stats import trajectory
 from bandit.stats.costmodel import costs_for
-from bandit.live.livelog import LIVE_FILE, check_tokens, read_live
+from bandit.live.livelog import LIVE_FILE, load_live
 from bandit.stats.resample import count_chunks
 from bandit.logs.schema import Timing
 from bandit.logs.table import BlockTable
@@ -48,8 +48,7 @@ def attach(t: BlockTable, run_dir: Path | str | None) -> BlockTable:
         return t
     if not (Path(run_dir) / LIVE_FILE).is_file():
         return modelled(t)
-    live = read_live(Path(run_dir))
-    check_tokens(t, live, Path(run_dir) / LIVE_FILE)
+    live = load_live(Path(run_dir), t)
     have = {r["config"] for r in live}
     missing = [d for d in t.drafters if f"fixed:{d}" not in have]
     if missing:

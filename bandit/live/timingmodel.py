@@ -211,12 +211,12 @@ def fit_live(t, live: list[dict], source: str = "") -> TimingModel:
 
 
 if __name__ == "__main__":
-    from bandit.live.livelog import read_live
+    from bandit.live.livelog import load_live
     from bandit.logs.reader import demo, load_logs
 
     def body(files, said: str) -> None:
         run = files[0].parent
-        live = read_live(run)
+        live = load_live(run, load_logs(files))
         print(said)
         print(fit_live(load_logs(files), live, f"the live phase of {run.name}").describe())
 

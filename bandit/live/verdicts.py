@@ -41,7 +41,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from bandit.stats.bootstrap import Entry, boot_totals, degenerate, interval
-from bandit.live.livelog import LIVE_FILE, read_live
+from bandit.live.livelog import LIVE_FILE, load_live
 from bandit.logs.reader import LogError
 from bandit.logs.schema import BEST_OF_N, FIXED, PLAIN, POLICY
 from bandit.logs.table import BlockTable
@@ -223,7 +223,7 @@ def live_file(t: BlockTable) -> tuple[Path | None, str]:
 def run_entries(t: BlockTable, n_resamples: int = 2000, seed: int = 0, method: str = "percentile") -> list[LiveEntry]:
     """The live verdicts of the run t was read from ([] when it has no live phase: `note` says why)."""
     path, _ = live_file(t)
-    return [] if path is None else evaluate(t, read_live(path.parent), path, n_resamples, seed, method)
+    return [] if path is None else evaluate(t, load_live(path.parent, t), path, n_resamples, seed, method)
 
 
 def note(t: BlockTable, by: Mapping[str, Mapping]) -> str:

@@ -1,7 +1,7 @@
 """One base class for problems in what a user gave us, and one handler at the command-line boundary.
 
 `InputError` is the base of every located input problem: a log (`bandit.logs.reader.LogError`), a manifest,
-a calibration file, a workload file, a checkpoint or a command-line setting (`harness.lm.HarnessError`).
+a calibration file, a workload file, a checkpoint or a command-line setting (`harness.models.lm.HarnessError`).
 Every command (`specbandit <cmd>`, `python bandit/<module>.py`, `python sweep.py`) runs through
 `boundary`, which prints such a problem as one line `error: ...` on stderr and exits with the code
 below. A bug in the code itself (any other exception) still shows its traceback: hiding it would

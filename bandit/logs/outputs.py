@@ -18,6 +18,7 @@ import io
 import json
 import math
 import os
+import re
 import shlex
 import struct
 import sys
@@ -52,6 +53,9 @@ DOCUMENTED = {  # a run's default outputs and the one command that writes each (
     "wallclock.png": "python bandit/wallclock.py",
     "core.txt": "python bandit/core.py",
     "coverage.json": "python bench/coverage.py",
+    "regret.json": "python bandit/regret.py",
+    "regret.txt": "python bandit/regret.py",
+    "regret.png": "python bandit/regret.py",
 }
 RECORDED_IN = {"selector_frontier.csv": "selector.txt", "breakeven.csv": "breakeven.txt"}  # a CSV's record
 
@@ -246,15 +250,32 @@ def png(fig, cmd: str, dpi: int = 120) -> bytes:
     return buf.getvalue()
 
 
+STAMP = re.compile(rb"(\d+\.\d+\.\d+)\+g[0-9a-f]{7,40}")  # bandit/logs/schema.py code_version's commit part
+
+
+def same_numbers(path: Path, data: bytes) -> bool:
+    """True when the file at `path` holds `data` but for the code-version stamps: the same numbers, made at another
+    commit. Such a file is kept as it is, so that it records the code version that first computed its numbers and a
+    rerun of a documented command at any later commit leaves a shipped file byte-identical (docs/DESIGN.md, Outputs)."""
+    try:
+        old = path.read_bytes()
+    except OSError:
+        return False
+    return old == data or STAMP.sub(rb"\1+g", old) == STAMP.sub(rb"\1+g", data)
+
+
 def write_all(files: Sequence[tuple[Path, bytes | str]], report: str = "") -> list[Path]:
     """Write every (path, content) through bandit/logs/safeio.py; none if any path is a symlink. A file system refusal
-    raises WriteFailed carrying `report` (so a command prints what it computed before the error line)."""
+    raises WriteFailed carrying `report` (so a command prints what it computed before the error line). A file whose
+    content differs only in its code-version stamp is left untouched (`same_numbers`)."""
     try:
         for path, _ in files:
             if Path(path).is_symlink():
                 raise FileExistsError(17, "a symlink stands there: not written through", str(path))
         for path, content in files:
             data = encode(content) if isinstance(content, str) else content
+            if same_numbers(Path(path), data):
+                continue
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             write_file(Path(path), lambda f, d=data: f.write(d))
     except OSError as e:

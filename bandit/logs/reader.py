@@ -36,7 +36,7 @@ from bandit.logs.errors import run
 from bandit.logs.observed import is_observed, refuse_counterfactual
 from bandit.logs.records import Drafters, Keys, file_sha256, iter_records, read_exact
 from bandit.logs.schema import EMPTY_DRAFT_FEATURES, FEATURES, LABELS, REPO, SCHEMA_VERSION
-from bandit.logs.table import BlockTable, LogError, LogSource, assemble, first_gap, table_from_records
+from bandit.logs.table import BlockTable, LogError, LogSource, assemble, drafter_names, first_gap, table_from_records
 
 __all__ = ["BlockTable", "LogError", "LogSource", "load_logs", "load_logs_reference", "validate_logs", "expand_paths"]
 __all__ += ["read_manifest", "campaign_key", "default_campaign", "default_inputs", "run_dir", "output_path"]
@@ -439,7 +439,7 @@ def output_path(paths: Sequence[str | Path], name: str, out: str | Path | None =
 def cli(
     paths: Annotated[list[str], typer.Argument(help="log files, globs or directories")],  # str: '' is not '.'
     all: Annotated[bool, typer.Option("--all", help="report every problem, not only the first")] = False,
-    drafters: Annotated[str, typer.Option(help="comma-separated drafters every record must hold")] = "",
+    drafters: Annotated[Optional[str], typer.Option(help="comma-separated drafters every record must hold")] = None,
 ) -> None:
     """Validate block logs: exit 0 and a one-line summary if valid, else exit 1 and the first error (every error with --all).
 
@@ -447,7 +447,7 @@ def cli(
     **/blocks_*.parquet under them). Logs of different campaigns (runs that may not be pooled) are validated
     separately, a summary each. --drafters a,b restricts to drafters present in every record.
     """
-    names = [d for d in drafters.split(",") if d] or None
+    names = drafter_names(drafters)
     try:
         files = expand_paths(paths)
     except LogError as e:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bandit.logs.errors import InputError
+from bandit.logs.errors import InputError, UsageError
 from bandit.logs.schema import FEATURES, draft_features
 
 
@@ -296,3 +296,14 @@ def table_from_records(recs: list[tuple[Path, int, dict]], drafters: Sequence[st
             v["features"][i, j] = draft_features(d["conf"], d["entropy"])
     dense = is_dense(v["prompt"], v["pos"])
     return BlockTable(drafters=names, workloads=workloads, prompt_ids=prompt_ids, dense=dense, **v)
+
+
+def drafter_names(value: str | None, flag: str = "--drafters") -> list[str] | None:
+    """An option's comma-separated drafter names; None when the option is absent. An empty list, or an empty name
+    between commas, is refused: `--drafters ''` is a mistake, never the default (all drafters)."""
+    if value is None:
+        return None
+    names = [d.strip() for d in value.split(",")]
+    if not all(names):
+        raise UsageError(f"{flag} {value!r}: expected comma-separated drafter names, e.g. ngram,eagle")
+    return names

@@ -15,7 +15,7 @@ each block alone and so favours cheap short blocks. lam is chosen from a grid on
 only, by the rule's tokens per modelled ms along its own trajectory on the dense log, with out-of-fold
 predictions (an inner leave-one-workload-out), as the selector of bandit/selector_fit.py chooses its
 operating point. Modelled block time: every lookup's call (when the engine drafts them: k > 0) +
-verify(1 + the verified draft's logged length) + the chosen model drafter's call, as harness/engine.py
+verify(1 + the verified draft's logged length) + the chosen model drafter's call, as harness/decode/engine.py
 spends it in `policy:selector`; a fixed drafter pays its own call only.
 
     python bandit/policies/choice.py [RUN]   # leave-one-workload-out: tokens/s [MODEL] vs the fastest fixed drafter

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bandit.policies import choice
+from bandit.policies import choice, engines
 from bandit.stats import steps
 from bandit.policies.published import EXP3Spec, HedgeQuery, ThompsonCtx, UCBSpec
 from bandit.logs.schema import Policy, Timing
@@ -31,7 +31,14 @@ from bandit.policies.specselect import SpecSelect
 from bandit.logs.table import BlockTable
 from bandit.policies.walk import live_walk, lookup_flags, lookups_drafted
 
-LIVE_POLICIES: tuple[str, ...] = ("selector", "specselect", "ucbspec", "exp3spec", "hedge_query", "thompson_ctx")
+LIVE_POLICIES: tuple[str, ...] = (
+    "selector",
+    "specselect",
+    "ucbspec",
+    "exp3spec",
+    "hedge_query",
+    "thompson_ctx",
+) + engines.RULE_NAMES  # the engines' own rules (bandit/policies/engines.py) last
 
 
 def make(name: str, t: BlockTable, timing: Timing, random_state: int = 0) -> Policy:
@@ -40,12 +47,15 @@ def make(name: str, t: BlockTable, timing: Timing, random_state: int = 0) -> Pol
     "selector": bandit/policies/choice.py's rule fitted leave-one-workload-out on t (each workload is routed, by name,
     to the rule fitted on the other workloads; a workload t lacks to the rule fitted on all of them);
     "specselect": spec-select learning its step times from the steps it observes, told censored lookups;
+    the engines' rules (bandit/policies/engines.py) with their sources' default settings;
     the others: their published definitions (bandit/policies/published.py) with default settings.
     """
     if name == "selector":
         return choice.routed(t, timing, random_state=random_state)
     if name == "specselect":
         return SpecSelect(step_time="learned", censored=True, random_state=random_state)
+    if name in engines.RULE_NAMES:
+        return engines.make_rule(name, random_state)
     makers = {"ucbspec": UCBSpec, "exp3spec": EXP3Spec, "hedge_query": HedgeQuery, "thompson_ctx": ThompsonCtx}
     if name not in makers:
         raise ValueError(f"unknown live policy {name!r}; known: {', '.join(LIVE_POLICIES)}")

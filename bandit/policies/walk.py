@@ -8,7 +8,7 @@ any user's, is run over a block log. The walks (docs/DESIGN.md, "Policies"):
   trajectory starts of a dense one), prompts in a given order, positions ascending;
 - "trajectory" (dense logs): the policy's own blocks, the next starting at pos + accepted + 1,
   which is exact because a dense log has every drafter's draft at every position;
-- "live" (dense logs): the trajectory walk told what harness/engine.py tells a policy it decodes
+- "live" (dense logs): the trajectory walk told what harness/decode/engine.py tells a policy it decodes
   live (`live_walk`), so that a timing-free policy decoded live equals its replay token for token.
 
     python bandit/policies/walk.py [PATHS...]     # every fixed drafter walked along its own trajectory
@@ -101,6 +101,7 @@ def walk(
     mode "block": the logged block starts, prompts in `prompt_order`, positions ascending.
     mode "trajectory" (dense logs): the policy's own blocks, the next starting at pos + reward + 1.
     mode "live" (dense logs): `live_walk`, the trajectory with the live engine's feedback.
+    In every mode ctx.draft_features holds the lookups' FEATURES at the row (NaN for the other drafters).
     The feedback model of "block" and "trajectory": a bandit policy sees the chosen drafter's acceptance and features only
     (NaN elsewhere); a full-information one sees every drafter; a draft cut to L reveals min(a, L).
     The loop is tight (rows as Python lists, observation arrays reused) because every policy of
@@ -118,6 +119,7 @@ def walk(
     A, F, DL = t.accepted.astype(float), t.features, t.draft_len
     wl, pos_of = t.workload.tolist(), t.pos.tolist()
     nanD, nanF, all_obs, one_obs = np.full(D, np.nan), np.full((D, 4), np.nan), np.ones(D, bool), np.eye(D, dtype=bool)
+    LF = np.where(lookup_flags(t, timing)[None, :, None], F, np.nan)  # the lookups' FEATURES, known before choosing
     order = np.arange(t.n_prompts) if prompt_order is None else np.asarray(prompt_order)
     starts, lengths = trajectory.prompt_rows(t)
     if mode == "block":
@@ -135,7 +137,7 @@ def walk(
                     break
             elif r >= end:
                 break
-            ctx = Context(wl[r], p, pos_of[r], prev_a, prev_f, DL[r].copy())
+            ctx = Context(wl[r], p, pos_of[r], prev_a, prev_f, DL[r].copy(), LF[r])
             c = choose(ctx)
             d, cut = (int(c[0]), int(c[1])) if isinstance(c, tuple) else (int(c), -1)
             a_row = A[r]
@@ -188,7 +190,7 @@ def live_walk(
     t: BlockTable, policy: Policy, prompts, timing: Timing | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`policy` along its own trajectory on dense log t over table prompts `prompts` (in decode order), told
-    what harness/engine.py tells a policy it decodes live (the rules both follow):
+    what harness/decode/engine.py tells a policy it decodes live (the rules both follow):
 
     - ctx.prompt: the running index 0, 1, ... over `prompts`; ctx.draft_len: the log's draft lengths;
       ctx.draft_features: the lookups' FEATURES at the row, NaN for the other drafters;

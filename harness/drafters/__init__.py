@@ -6,9 +6,9 @@ lookup.py       ngram: prompt lookup over prompt + output
 suffix.py       suffix: SuffixDecoding-style lookup (rule=longest, or arctic's trees, suffix_tree.py)
 suffix_tree.py  arctic-inference's suffix trie and per-request cache, for suffix:rule=arctic
 model.py        ModelDrafter (what every network drafter shares) and draft: an independent small causal LM
-heads.py        medusa and eagle: heads on the target's last state (the head models: harness/heads.py)
-eagle3.py       eagle3: EAGLE-3 on three target layers (the model: harness/eagle3.py)
-dflash.py       dflash: DFlash block diffusion on target layer outputs (the model: harness/dflash.py)
+heads.py        medusa and eagle: heads on the target's last state (the head models: harness/models/heads.py)
+eagle3.py       eagle3: EAGLE-3 on three target layers (the model: harness/models/eagle3.py)
+dflash.py       dflash: DFlash block diffusion on target layer outputs (the model: harness/models/dflash.py)
 layerskip.py    layerskip: self-speculative, the target's own first L layers, its final norm and lm_head
 cascade.py      cascade: a composition of drafters named before it
 

@@ -19,7 +19,7 @@ of the prefix, the prompt key and the drafter's state from earlier prompts: that
 dense logs equal to live runs.
 
 Target hidden states. A drafter that reads them declares which, by `feature_layers()` (a set of
-harness.lm tap keys: "last" = the final post-norm state, lm_head's input; "in:i" / "out:i" = the
+harness.models.lm tap keys: "last" = the final post-norm state, lm_head's input; "in:i" / "out:i" = the
 input / output of decoder layer i); the default is {"last"} when the class sets
 `needs_features = True`, else nothing. The engine computes the union of all drafters'
 declarations once per target forward (forward hooks on those layers only) and passes them as
@@ -42,9 +42,9 @@ import torch
 
 from bandit.logs.schema import common_prefix as common_prefix  # the drafters share it (re-exported)
 
-from .. import lm
-from ..lm import HarnessError
-from ..sampling import stream_id
+from ..models import lm
+from ..models.lm import HarnessError
+from ..models.sampling import stream_id
 
 STEP_KEYS = 4096  # a drafter's noise at (origin pos, step j) is keyed pos * STEP_KEYS + j; k < STEP_KEYS
 
@@ -116,7 +116,7 @@ class Drafter:
     needs_features = False  # True: drafts read Prefix.feats (the "last" target state)
 
     def feature_layers(self) -> frozenset:
-        """The target hidden states (harness.lm tap keys) this drafter's drafts read."""
+        """The target hidden states (harness.models.lm tap keys) this drafter's drafts read."""
         return frozenset({lm.LAST}) if self.needs_features else frozenset()
 
     def __init__(self, name: str, settings: dict, env: DrafterEnv):

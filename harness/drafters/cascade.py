@@ -3,7 +3,7 @@ taking the first non-empty one."""
 
 from __future__ import annotations
 
-from ..lm import HarnessError
+from ..models.lm import HarnessError
 from .base import Draft, Drafter, Prefix, Sequence, feature_layers
 
 

@@ -1,10 +1,10 @@
-"""The DFlash block-diffusion drafter (`dflash`) on target layer outputs; the model itself in harness/dflash.py."""
+"""The DFlash block-diffusion drafter (`dflash`) on target layer outputs; the model itself in harness/models/dflash.py."""
 
 from __future__ import annotations
 
 import torch
 
-from .. import dflash, lm
+from ..models import dflash, lm
 from .base import STEP_KEYS, Draft, Prefix, Sequence, common_prefix
 from .model import ModelDrafter
 
@@ -15,7 +15,7 @@ def _cat_kv(a: list, b: list) -> list:
 
 
 class DFlashDrafter(ModelDrafter):
-    """DFlash (`path=`: z-lab's format, harness.dflash): one non-causal pass over the block
+    """DFlash (`path=`: z-lab's format, harness.models.dflash): one non-causal pass over the block
     [last token, mask x (block-1)] after context keys made from the target's states drafts
     block-1 tokens (`block=` overrides the checkpoint's block_size); a draft of k is the block's
     first min(k, block-1). Live drafting keeps the context keys of the prefix; dense drafting

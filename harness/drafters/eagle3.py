@@ -1,16 +1,16 @@
-"""The EAGLE-3 drafter (`eagle3`) on the target's states at three layers; the head itself in harness/eagle3.py."""
+"""The EAGLE-3 drafter (`eagle3`) on the target's states at three layers; the head itself in harness/models/eagle3.py."""
 
 from __future__ import annotations
 
 import torch
 
-from .. import eagle3, lm
+from ..models import eagle3, lm
 from .base import STEP_KEYS, Draft, Prefix, Sequence, common_prefix
 from .model import ModelDrafter, chain_allow
 
 
 class Eagle3Drafter(ModelDrafter):
-    """EAGLE-3 (`path=`: a speculators or EAGLE-3/SpecForge directory, harness.eagle3): reads the
+    """EAGLE-3 (`path=`: a speculators or EAGLE-3/SpecForge directory, harness.models.eagle3): reads the
     target's states at its three layers, drafts k tokens greedily (or by its own coupled noise)
     in a chain, each step feeding back its own hidden state and token; conf/entropy come from its
     own distribution over the draft vocabulary, its tokens are mapped to the target's by d2t.

@@ -1,19 +1,19 @@
 """Drafters on the target's last hidden state: Medusa heads (`medusa`) and an EAGLE-1/2 head (`eagle`), the
-head models themselves in harness/heads.py."""
+head models themselves in harness/models/heads.py."""
 
 from __future__ import annotations
 
 import torch
 
-from .. import lm
-from ..heads import EagleHead, MedusaHeads
-from ..lm import HarnessError
-from .base import STEP_KEYS, Draft, Prefix, Sequence
+from ..models import lm
+from ..models.heads import EagleHead, MedusaHeads
+from ..models.lm import HarnessError
+from .base import STEP_KEYS, Draft, Prefix, Sequence, common_prefix
 from .model import ModelDrafter, chain_allow
 
 
 class MedusaDrafter(ModelDrafter):
-    """Medusa heads (`path=`, harness.heads.MedusaHeads): head i drafts token P-1+i from the
+    """Medusa heads (`path=`, harness.models.heads.MedusaHeads): head i drafts token P-1+i from the
     target feature at P-2, so one pass drafts min(k, num_heads) tokens."""
 
     kind = "medusa"
@@ -69,7 +69,7 @@ class MedusaDrafter(ModelDrafter):
 
 
 class EagleDrafter(ModelDrafter):
-    """EAGLE head (`path=`, harness.heads.EagleHead): reads pairs (feature j, token j+1) for
+    """EAGLE head (`path=`, harness.models.heads.EagleHead): reads pairs (feature j, token j+1) for
     j = 0..P-2 of the prefix, then drafts autoregressively on its own features. Live drafting
     keeps the head's KV cache over true pairs; dense drafting is teacher-forced like `draft`."""
 
@@ -103,11 +103,7 @@ class EagleDrafter(ModelDrafter):
         if k <= 0 or P < 2:
             return Draft.empty()
         n_pairs = P - 1
-        common = 0
-        for a, b in zip(self.kv_ids, ids):
-            if a != b:
-                break
-            common += 1
+        common = common_prefix(self.kv_ids, ids)
         keep = max(0, min(common - 1, n_pairs - 1, 0 if self.kv is None else self.kv[0].shape[2]))
         past = None if keep == 0 else (self.kv[0][:, :, :keep], self.kv[1][:, :, :keep])
         for a, b in self._spans(n_pairs - keep):

@@ -22,8 +22,8 @@ import hashlib
 
 import torch
 
-from .. import lm
-from ..lm import HarnessError
+from ..models import lm
+from ..models.lm import HarnessError
 from .model import DraftModelDrafter, ModelDrafter
 
 

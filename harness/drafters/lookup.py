@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..lm import HarnessError
+from ..models.lm import HarnessError
 from .base import Draft, Drafter, Prefix, count_entropy
 
 

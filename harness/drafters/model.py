@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import lm
-from ..sampling import choose, conf_entropy, probs
-from .base import STEP_KEYS, Draft, Drafter, Prefix, Sequence
+from ..models import lm
+from ..models.sampling import choose, conf_entropy, probs
+from .base import STEP_KEYS, Draft, Drafter, Prefix, Sequence, common_prefix
 
 
 def chain_allow(limit: torch.Tensor, n_seq: int, step: int) -> torch.Tensor:
@@ -94,11 +94,7 @@ class DraftModelDrafter(ModelDrafter):
         ids, P, T = pre.ids, len(pre.ids), pre.temperature
         if self.cache is None:
             self.start("", "")
-        common = 0
-        for a, b in zip(self.cache_ids, ids):
-            if a != b:
-                break
-            common += 1
+        common = common_prefix(self.cache_ids, ids)
         keep = min(common, P - 1, lm.cache_len(self.cache))
         lm.crop(self.cache, keep)
         dev = self.env.device

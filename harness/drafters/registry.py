@@ -15,7 +15,7 @@ device, dtype, models root, temperature, seed and the drafters defined before it
 Adding a built-in kind: its class in a module of its own under harness/drafters/ (subclassing
 base.Drafter, or model.ModelDrafter for a network), and one line in BUILTIN: `"kind": "module:Class"`.
 The module is imported only when a drafter of that kind is built. Optionally, the kind's settings' types
-and ranges in harness/options.py (SETTINGS; a kind not listed there checks its own settings).
+and ranges in harness/models/options.py (SETTINGS; a kind not listed there checks its own settings).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import entry_points
 
-from ..lm import HarnessError
+from ..models.lm import HarnessError
 from .base import DrafterEnv
 
 ENTRY_POINT_GROUP = "specbandit.drafters"
@@ -98,7 +98,7 @@ def parse_spec(text: str) -> DrafterSpec:
         raise HarnessError(f"{where}: drafter name {name!r} must be letters, digits, - or _")
     head, _, tail = rest.partition(":")
     if head in BUILTIN or head in _entry_points():
-        from .. import options
+        from ..models import options
 
         schema = options.SETTINGS.get(head, {})
         settings = parse_settings(tail, where, [key for key, rule in schema.items() if rule is str])

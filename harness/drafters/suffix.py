@@ -7,7 +7,7 @@ from collections import Counter
 
 import torch
 
-from ..lm import HarnessError
+from ..models.lm import HarnessError
 from .base import Draft, Drafter, Prefix, common_prefix, count_entropy
 from .suffix_tree import ArcticSuffixCache
 

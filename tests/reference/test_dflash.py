@@ -1,4 +1,4 @@
-"""The dflash tier: our DFlash loader and forward (harness/dflash.py) against z-lab's dflash 0.1.0.
+"""The dflash tier: our DFlash loader and forward (harness/models/dflash.py) against z-lab's dflash 0.1.0.
 
 A tiny DFlash drafter is built with dflash's own DFlashDraftModel on a Qwen3 config carrying
 `dflash_config {mask_token_id, target_layer_ids}`, saved with its `save_pretrained`, and loaded by our
@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from conftest import upstream
 
-from harness import lm
+from harness.models import lm
 from harness.drafters import DrafterEnv, Prefix, build_drafters, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.target import Target
-from harness.tiny import PROMPTS, make_model, make_tokenizer, save_model
+from harness.decode.engine import Engine, RunConfig
+from harness.models.target import Target
+from harness.models.tiny import PROMPTS, make_model, make_tokenizer, save_model
 
 pytestmark = pytest.mark.tier_dflash
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""The eagle3 tier: our EAGLE-3 loader and forward (harness/eagle3.py) against speculators 0.9.0.
+"""The eagle3 tier: our EAGLE-3 loader and forward (harness/models/eagle3.py) against speculators 0.9.0.
 
 A tiny EAGLE-3 head is built with speculators' own classes (Eagle3SpeculatorConfig, Eagle3DraftModel) on
 a tiny Llama target, saved with its `save_pretrained` (config.json, config.py, model.safetensors: the
@@ -16,11 +16,11 @@ import pytest
 import torch
 from conftest import upstream
 
-from harness import lm
+from harness.models import lm
 from harness.drafters import DrafterEnv, Prefix, build_drafters, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.target import Target
-from harness.tiny import PROMPTS, make_model, make_tokenizer, save_model
+from harness.decode.engine import Engine, RunConfig
+from harness.models.target import Target
+from harness.models.tiny import PROMPTS, make_model, make_tokenizer, save_model
 
 pytestmark = pytest.mark.tier_eagle3
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""The eagle3 tier, the other direction: the speculators layout harness.eagle3.write_random writes (the one vLLM loads:
+"""The eagle3 tier, the other direction: the speculators layout harness.models.eagle3.write_random writes (the one vLLM loads:
 `speculators_config` with the verifier and the draft length; the vllm tier decodes with it, tests/reference/
 test_vllm_heads.py) is read by speculators 0.9.0's own loader, every tensor as written, and speculators' forward
 drafts what our drafter drafts from the same directory.
@@ -13,9 +13,9 @@ import torch
 from conftest import upstream
 from safetensors.torch import load_file
 
-from harness import eagle3, lm
+from harness.models import eagle3, lm
 from harness.drafters import DrafterEnv, Prefix, build_drafters, parse_spec
-from harness.tiny import PROMPTS, make_model, make_tokenizer, save_model
+from harness.models.tiny import PROMPTS, make_model, make_tokenizer, save_model
 
 pytestmark = pytest.mark.tier_eagle3
 torch.set_num_threads(1)

@@ -16,13 +16,13 @@ import pytest
 import torch
 from conftest import upstream
 
-from harness import lm
-from harness.convert import convert_checkpoint
+from harness.models import lm
+from harness.models.convert import convert_checkpoint
 from harness.drafters import DrafterEnv, Prefix, build_drafters, parse_spec
-from harness.engine import Engine, RunConfig
-from harness.heads import EagleHead, MedusaHeads
-from harness.target import Target
-from harness.tiny import PROMPTS, make_tokenizer
+from harness.decode.engine import Engine, RunConfig
+from harness.models.heads import EagleHead, MedusaHeads
+from harness.models.target import Target
+from harness.models.tiny import PROMPTS, make_tokenizer
 
 pytestmark = pytest.mark.tier_hf446
 torch.set_num_threads(1)
@@ -62,7 +62,7 @@ def _target(kv_module, root, seed=0):
     )
     torch.manual_seed(seed)
     model = kv_module.LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():  # decisive, repetitive greedy outputs (as harness.tiny does)
+    with torch.no_grad():  # decisive, repetitive greedy outputs (as harness.models.tiny does)
         for p in model.parameters():
             if p.dim() == 2:
                 p.mul_(3.0)

@@ -19,8 +19,8 @@ import pytest
 from conftest import upstream
 
 from harness.drafters import DrafterEnv, Prefix, SuffixDrafter
-from harness.lm import HarnessError
-from harness.tiny import PROMPTS, make_tokenizer
+from harness.models.lm import HarnessError
+from harness.models.tiny import PROMPTS, make_tokenizer
 
 tier = pytest.mark.tier_suffix
 

