@@ -64,6 +64,12 @@ def verdicts(old: dict, new: dict) -> list[str]:
     return out or ["- none: every live verdict stands"]
 
 
+def host(m: dict) -> str:
+    """A manifest's host and forward as one phrase: CPU, threads, kernel path."""
+    hw, k = m.get("hardware") or {}, m.get("kernels") or {}
+    return f"{hw.get('cpu', '?')}, {hw.get('threads') or 1} thread(s), {k.get('kernels', 'aten')} linears"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="a run directory under the repository")
@@ -81,10 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         entries(got.stdout, f"{a.before}:{rel}/ci.json"),
         entries((run / "ci.json").read_text(), f"{rel}/ci.json"),
     )
+    was = subprocess.run(["git", "show", f"{a.before}:{rel}/manifest.json"], cwd=REPO, capture_output=True, text=True)
+    hosts = [
+        host({} if was.returncode else json.loads(was.stdout)),
+        host(json.loads((run / "manifest.json").read_text())),
+    ]
     text = "\n".join(
         [
             f"# made by: python bench/before_after.py {rel} --before {a.before}",
-            f"Live configurations of {rel} before ({a.before}) and after the forward fix [MEASURED], 95% CIs:",
+            f"Live configurations of {rel} before ({a.before}) and after the forward fix [MEASURED], 95% CIs. Before: "
+            f"{hosts[0]}; after: {hosts[1]}. Two hosts: compare the speedups over plain (each a ratio measured in one "
+            "run), not the tokens/s.",
             "",
             *table(old, new),
             "",

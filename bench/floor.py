@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -52,17 +51,12 @@ def cores() -> int:
 
 
 def host() -> dict:
+    """The host as a run's manifest records it (harness/campaign/manifest.py `hardware`), with its cores."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": cores(), "torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available()}
+    from harness.campaign.manifest import hardware
+
+    return {**hardware("cpu"), "cores": cores(), "mkldnn": torch.backends.mkldnn.is_available()}
 
 
 def bandwidth(mib: int = 1024, reps: int = 7) -> dict:
