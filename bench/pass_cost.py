@@ -105,7 +105,9 @@ def run_settings(run: Path) -> tuple:
     run made before they were recorded ran on aten, one thread on CPU)."""
     try:
         m = json.loads((run / "manifest.json").read_bytes().decode("utf-8"))
-        return (m.get("hardware") or {}).get("threads"), (m.get("kernels") or {}).get("kernels")
+        hw = m.get("hardware") or {}
+        cpu_default = 1 if hw.get("device") == "cpu" else None  # before --threads meant N, a CPU run took 1
+        return hw.get("threads") or cpu_default, (m.get("kernels") or {}).get("kernels") or "aten"
     except (OSError, ValueError, AttributeError):
         return None, None
 

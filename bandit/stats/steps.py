@@ -2,7 +2,7 @@
 
 A verify forward of Q tokens does not cost a fixed amount plus a constant per token: on a CPU the matrix kernels
 change regime with the row count, so that a pass of 2 or 3 tokens costs about what a 1-token one does and one of
-4 or 5 markedly more (SmolLM2-135M on two cores: bench/pass_cost_smollm2.json, made by bench/pass_cost.py). A
+4 or 5 markedly more (SmolLM2-135M on aten's linears: bench/pass_cost_smollm2_aten.json, by bench/pass_cost.py). A
 line in Q overcharges single-token passes and undercharges longer ones, which is what made the linear timing
 model miss plain decoding on that campaign (NEGATIVE_RESULTS.md, 16). So the timing model (bandit/live/timingmodel.py) prices a pass of Q
 tokens by a piecewise-linear function of Q, non-decreasing, with a knot at every Q a single drafter's block can
