@@ -177,7 +177,10 @@ def main(
     text = f"read: {inp.said or inp.named}\n{t.summary()}\n" + live_report(t, entries) + render(entries) + warns
     if dest is None:
         return text + why + "\n"
-    outputs.write_all([(dest, ci_text(entries, t, cmd))], text)
+    data = ci_text(entries, t, cmd)
+    if outputs.same_numbers(dest, outputs.encode(data)):  # kept: it records the code version that computed them
+        return text + f"kept {dest}: the same numbers\n"
+    outputs.write_all([(dest, data)], text)
     return text + f"wrote {dest}\n"
 
 
