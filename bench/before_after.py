@@ -61,6 +61,8 @@ def verdicts(old: dict, new: dict) -> list[str]:
         if n.startswith("live_fastest_fixed_over_plain") and o is not None:
             if o.get("fastest_fixed") != e.get("fastest_fixed"):
                 out.append(f"- `{n}`: fastest fixed {o.get('fastest_fixed')} -> {e.get('fastest_fixed')}")
+    gone = sorted(n for n in old if n.startswith("choosing_pays") and n not in new)
+    out += [f"- `{n}`: {old[n].get('verdict')} before, no longer computed" for n in gone]
     return out or ["- none: every live verdict stands"]
 
 
@@ -79,15 +81,26 @@ def main(argv: list[str] | None = None) -> int:
     run = Path(a.run)
     if not a.run.strip() or not (run / "ci.json").is_file():
         raise InputError(f"{a.run}: no ci.json (python bandit/ci.py {a.run})")
+    if not run.resolve().is_relative_to(REPO):
+        raise InputError(f"{a.run}: not a run directory of this repository (its before side is read from git)")
     rel = run.resolve().relative_to(REPO).as_posix()
-    got = subprocess.run(["git", "show", f"{a.before}:{rel}/ci.json"], cwd=REPO, capture_output=True, text=True)
+    rev = subprocess.run(
+        ["git", "rev-parse", "--verify", "--end-of-options", f"{a.before}^{{commit}}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if rev.returncode:
+        raise InputError(f"--before {a.before!r}: not a commit of this repository")
+    sha = rev.stdout.strip()
+    got = subprocess.run(["git", "show", f"{sha}:{rel}/ci.json"], cwd=REPO, capture_output=True, text=True)
     if got.returncode:
         raise InputError(f"--before {a.before}: git has no {rel}/ci.json there ({got.stderr.strip()[:120]})")
     old, new = (
         entries(got.stdout, f"{a.before}:{rel}/ci.json"),
         entries((run / "ci.json").read_text(), f"{rel}/ci.json"),
     )
-    was = subprocess.run(["git", "show", f"{a.before}:{rel}/manifest.json"], cwd=REPO, capture_output=True, text=True)
+    was = subprocess.run(["git", "show", f"{sha}:{rel}/manifest.json"], cwd=REPO, capture_output=True, text=True)
     hosts = [
         host({} if was.returncode else json.loads(was.stdout)),
         host(json.loads((run / "manifest.json").read_text())),

@@ -64,7 +64,7 @@ def measure(
             lm.crop(cache, context)
         out[q] = statistics.median(times)
     bw = bandwidth()
-    ran["floor_ms"] = round(1000 * floor_bytes(model, 1, context) / (bw["gbs"] * 1e9), 3)
+    ran["floor_ms"] = 1000 * floor_bytes(model, 1, context) / (bw["gbs"] * 1e9)
     ran["bandwidth_gbs"] = bw["gbs"]
     return out, ran
 
@@ -229,7 +229,8 @@ def main(argv=None) -> None:
         print(f"note: the fitted column's run ran at {said}; this bench at {ran['threads']} threads, {ran['kernels']}")
     print(
         f"ran: {ran['dtype']}, kernels {ran['kernels']}, {ran['threads']} threads; 1-token bandwidth floor "
-        f"{ran['floor_ms']} ms ({ran['bandwidth_gbs']} GB/s), Q = 1 at {measured[qs[0]] / ran['floor_ms']:.2f}x it"
+        f"{ran['floor_ms']:.3f} ms ({ran['bandwidth_gbs']} GB/s)"
+        + (f", Q = 1 at {measured[1] / ran['floor_ms']:.2f}x it" if 1 in measured else "")
     )
     shown = run or DEFAULT_RUN
     print(render(measured, fit, show(shown), a, other))
@@ -242,7 +243,7 @@ def main(argv=None) -> None:
             "reps": a.reps,
             "measured_ms": {str(q): round(v, 3) for q, v in measured.items()},
             "ms": {str(q): {"median": round(v, 3)} for q, v in measured.items()},
-            "floor_ms": ran["floor_ms"],
+            "floor_ms": round(ran["floor_ms"], 4),
             "bandwidth_gbs": ran["bandwidth_gbs"],
             "dtype": ran["dtype"],
             "threads": ran["threads"],

@@ -281,3 +281,17 @@ def test_every_real_prompt_is_under_512_smollm2_tokens(smollm2):
     for name in REAL:
         longest = max(len(p.token_ids(tok)) for p in W.load_named(name))
         assert longest < 512, (name, longest)
+
+
+def test_a_conversion_recorded_under_the_earlier_identity_is_still_complete(tmp_path):
+    from harness.models.identity import legacy_sha256
+
+    fake = tmp_path / "m.gguf"
+    fake.write_bytes(b"GGUF pretend")
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "config.json").write_text('{"transformers_version": "4.0"}')
+    save_file({"w": torch.ones(2)}, str(done / "model.safetensors"))
+    rec = {"format": gguf.FORMAT, "source": {"sha256": gguf.file_sha256(fake)}, "weights_sha256": legacy_sha256(done)}
+    (done / "conversion.json").write_text(json.dumps({**rec, "files": ["config.json", "model.safetensors"]}))
+    assert gguf.convert_gguf(fake, done) == (done, False)  # kept: the same files, recorded by the earlier scheme

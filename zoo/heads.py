@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import re
 import shlex
 import sys
 import time
@@ -96,10 +96,11 @@ def check(a) -> list[str]:
 def portable(text: str, models: Path | None) -> str:
     """`text` (a path or a command) with the models root written `$SPECBANDIT_MODELS` and the repository's own
     prefix dropped: a card records no machine's absolute path, and its command runs anywhere the variable is set."""
-    repo = str(Path(__file__).resolve().parents[1]) + os.sep
-    if models is not None:
-        text = text.replace(str(Path(models).resolve()), "$SPECBANDIT_MODELS")
-    return text.replace(repo, "")
+    repo = str(Path(__file__).resolve().parents[1])
+    if models is not None and Path(models).resolve() != Path("/"):
+        root = re.escape(str(Path(models).resolve()))
+        text = re.sub(root + r"(?=/|$|['\"\s])", "$SPECBANDIT_MODELS", text)  # a path's whole component only
+    return re.sub(re.escape(repo) + "/", "", text)
 
 
 PATH_OPTIONS = ("--models", "--out", "--prompts", "--heldout", "--target")

@@ -98,7 +98,12 @@ def write_card(d: Path, kind: str, info: dict, json_file: Path | None = None, md
         f"- kind: {kind}; config `{json.dumps(info['config'], sort_keys=True)}`; {info['params']:,} trained parameters",
         f"- target: `{info['target']['path']}`, sha256 `{info['target']['sha256']}` (harness.models.lm.weights_sha256)",
         f"- weights: `model.safetensors` sha256 `{info['sha256']['model.safetensors']}`; directory "
-        f"(harness.models.lm.weights_sha256) `{info['sha256']['weights']}`; float16",
+        + (
+            f"({info['identity']}: the earlier hash of its files, harness.models.identity.legacy_sha256) "
+            if info.get("identity")
+            else "(harness.models.lm.weights_sha256) "
+        )
+        + f"`{info['sha256']['weights']}`; float16",
         f"- data: {data['train_prompts']} training prompts ({data['source']}), {data['train_tokens']:,} tokens "
         f"({data['train_output_tokens']:,} of them the target's greedy output, max {data['max_new_tokens']} new), "
         f"{data['loss_positions']:,} loss positions; held out: {data['heldout_prompts']} prompts ({data['split']})",

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from bandit.logs.safeio import write_text
 from harness.models import lm
+from harness.models.identity import legacy_sha256
 from zoo.heads import portable
 from zoo.heads_eval import write_card
 
@@ -105,7 +106,7 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
     dest = run / "cards"
     for h in heads:
         ident = lm.weights_sha256(h)  # the weights' identity now (harness/models/identity.py), not as recorded
-        name = by_sha.get(ident)
+        name = by_sha.get(ident) or by_sha.get(legacy_sha256(h))  # a drafter whose manifest kept files-v0
         if name is None:
             raise CardError(f"{h}: its weights are not any drafter's of the run (sha256 differs from the manifest's)")
         dest.mkdir(exist_ok=True)
@@ -117,6 +118,8 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
         if name not in m["drafters"]:
             raise CardError(f"{f}: names no drafter of the run")
         info = run_copy(info, m["drafters"][name].get("sha256"), m)
+        if m["drafters"][name].get("identity"):  # the recorded hash is of another scheme: the card says which
+            info["identity"] = m["drafters"][name]["identity"]
         write_card(dest, info["kind"], info, f, f.with_suffix(".md"))
         acc = info["heldout_acceptance"]
         lines.append(

@@ -259,7 +259,7 @@ def prompt_lengths(run: Path) -> dict[str, int]:
     return out
 
 
-def check_against(t: BlockTable, live: Sequence[dict], path: Path | str = LIVE_FILE) -> None:
+def check_against(t: BlockTable, live: Sequence[dict], path: Path | str) -> None:
     """What a live line says that the run's dense log can refute, located by line: a `fixed:` drafter, `calls`,
     `chosen` or `draft_ms` key naming no drafter of the run; a prompt length that differs between configurations
     of one prompt or from the run's outputs; a decode marked the dense log's output with another token count."""

@@ -230,7 +230,9 @@ def run_sweep(
     plan = Plan(
         str(target_dir), specs, mode, k, max_new_tokens, temperature, seed, behaviour, generator, device, dtype, models
     )
-    if threads is None and device == "cpu":  # every core, shared among the processes that run side by side
+    if threads is None and device == "cpu" and ray not in (None, "local"):
+        threads = 1  # another cluster's nodes: this host's cores say nothing of theirs (an actor must fit a node)
+    elif threads is None and device == "cpu":  # every core, shared among the processes that run side by side
         threads = max(1, options.CORES // (sh.count if sh else max(workers, 1) if ray else 1))
     plan.exact, plan.threads, plan.workloads, plan.kernels = exact_verify, threads, wl_names, kernels
     if ray:
@@ -355,5 +357,7 @@ def converted_from(target_dir) -> dict:
     source file's sha256 and package, the converted weights' sha256), for the manifest; nothing for other targets."""
     from harness.models import gguf
 
-    src = gguf.conversion_source(target_dir)
-    return {"converted_from": src} if src else {}
+    from harness.models import lm
+
+    src = gguf.conversion_source(target_dir)  # its weights named by their identity now, whatever the record's scheme
+    return {"converted_from": {**src, "weights_sha256": lm.weights_sha256(Path(target_dir))}} if src else {}

@@ -9,8 +9,8 @@
    parts (`python -m zoo.heads`, its greedy cache resumes), into <models>/smollm2-heads/{medusa,eagle}; skipped
    when both cards exist.
 3. sweep: the dense phase (CAMPAIGN_LIMIT prompts of each workload's `:campaign` part, disjoint from the heads'
-   prompts) as `--shards` processes side by side (`python sweep.py ... --out RUN --shard I/N`, one torch thread
-   each: one per core), then the live phase (LIVE_PROMPTS per workload, every configuration) in one process on the
+   prompts) as `--shards` processes side by side (`python sweep.py ... --out RUN --shard I/N`, the cores
+   divided among them), then the live phase (LIVE_PROMPTS per workload, every configuration) in one process on the
    quiet machine (`python sweep.py ... --out RUN --resume`: one machine's timings), with every drafter of
    `drafters`. Each command takes `--resume` when its part exists: a stop or a kill loses at most one prompt per
    process.
@@ -45,7 +45,7 @@ HEAD_PROMPTS = 30  # training prompts per workload for the heads (the `:train` p
 HEAD_STEPS = 100  # a step's cost is the heads' full-vocabulary (49,152) logits: ~9 s at batch 4 on 2 cores
 HEAD_BATCH = 4  # windows per step: 100 x 4 windows of 257 positions, a few passes over the training outputs
 LAYERSKIP = 10  # the layer-skip drafter's L in the campaign (of 30)
-SHARDS = min(2, os.cpu_count() or 1)  # dense-phase processes at once (one torch thread each)
+SHARDS = min(2, os.cpu_count() or 1)  # dense-phase processes at once (the cores divided among them: sweep.py --threads)
 MAX_SHARDS = os.cpu_count() or 1  # more shards than cores only queue for them
 
 
@@ -175,7 +175,7 @@ def main(argv=None) -> None:
         "--shards",
         type=int,
         default=SHARDS,
-        help=f"dense-phase processes side by side, one torch thread each, in [1, {MAX_SHARDS}] (this machine's "
+        help=f"dense-phase processes side by side, the cores divided among them, in [1, {MAX_SHARDS}] (this machine's "
         f"cores; default {SHARDS})",
     )
     ap.add_argument("--print", dest="dry", action="store_true", help="print the stages' commands only")

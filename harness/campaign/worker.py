@@ -86,8 +86,10 @@ class Worker:
         """The plan's drafters, their models' linears on the target's kernel path (compile: its packed linears,
         as a drafter calls its modules' own methods, which a compiled forward never wraps)."""
         drafters = build_drafters(self.plan.specs, self.env)
-        path = "mkldnn" if self.kernels["kernels"] == "compile" else self.kernels["kernels"]
         dtype = next(self.env.target.parameters()).dtype
+        if not self.plan.device.startswith("cpu") or dtype not in kernels.DTYPES.values():
+            return drafters  # as choose(): a GPU or an unmeasured dtype (float16) keeps aten, untouched
+        path = "mkldnn" if self.kernels["kernels"] == "compile" else self.kernels["kernels"]
         for d in drafters.values():
             kernels.apply_drafter(d, path, dtype)
         return drafters

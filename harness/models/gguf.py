@@ -40,6 +40,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import gguf_check
+from .identity import legacy_sha256
 from .lm import HarnessError, models_root, weights_sha256
 
 CONVERSION = "conversion.json"
@@ -134,8 +135,8 @@ def is_complete(dst: Path, sha256: str) -> bool:
     files = rec.get("files")
     if not isinstance(files, list) or not all(isinstance(n, str) and (dst / n).is_file() for n in files):
         return False
-    try:
-        return weights_sha256(dst) == rec.get("weights_sha256")
+    try:  # a conversion recorded before identities were of tensors holds the earlier hash of the same files
+        return rec.get("weights_sha256") in (weights_sha256(dst), legacy_sha256(dst))
     except ValueError:  # a damaged weights file: not complete
         return False
 
