@@ -185,15 +185,21 @@ def test_conversion_refuses_bad_destinations_and_sources(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "m.gguf", "taken"]  # no temporary left
 
 
-def test_a_complete_earlier_conversion_is_left_alone(tmp_path):
+def _converted(tmp_path, record_hash) -> tuple:
+    """A pretend GGUF and a complete earlier conversion of it whose conversion.json records record_hash(dir)."""
     fake = tmp_path / "m.gguf"
     fake.write_bytes(b"GGUF pretend")
     done = tmp_path / "done"
     done.mkdir()
-    (done / "config.json").write_text("{}")
+    (done / "config.json").write_text('{"transformers_version": "4.0"}')
     save_file({"w": torch.ones(2)}, str(done / "model.safetensors"))
-    rec = {"format": gguf.FORMAT, "source": {"sha256": gguf.file_sha256(fake)}, "weights_sha256": weights_sha256(done)}
+    rec = {"format": gguf.FORMAT, "source": {"sha256": gguf.file_sha256(fake)}, "weights_sha256": record_hash(done)}
     (done / "conversion.json").write_text(json.dumps({**rec, "files": ["config.json", "model.safetensors"]}))
+    return fake, done
+
+
+def test_a_complete_earlier_conversion_is_left_alone(tmp_path):
+    fake, done = _converted(tmp_path, weights_sha256)
     assert gguf.convert_gguf(fake, done) == (done, False)
     save_file({"w": torch.zeros(2)}, str(done / "model.safetensors"))  # not what was recorded: refused, not redone
     with pytest.raises(HarnessError, match="not a complete conversion"):
@@ -286,12 +292,5 @@ def test_every_real_prompt_is_under_512_smollm2_tokens(smollm2):
 def test_a_conversion_recorded_under_the_earlier_identity_is_still_complete(tmp_path):
     from harness.models.identity import legacy_sha256
 
-    fake = tmp_path / "m.gguf"
-    fake.write_bytes(b"GGUF pretend")
-    done = tmp_path / "done"
-    done.mkdir()
-    (done / "config.json").write_text('{"transformers_version": "4.0"}')
-    save_file({"w": torch.ones(2)}, str(done / "model.safetensors"))
-    rec = {"format": gguf.FORMAT, "source": {"sha256": gguf.file_sha256(fake)}, "weights_sha256": legacy_sha256(done)}
-    (done / "conversion.json").write_text(json.dumps({**rec, "files": ["config.json", "model.safetensors"]}))
+    fake, done = _converted(tmp_path, legacy_sha256)
     assert gguf.convert_gguf(fake, done) == (done, False)  # kept: the same files, recorded by the earlier scheme
