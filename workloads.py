@@ -253,16 +253,20 @@ def split_key(item: PromptItem) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def stdlib_functions(stdlib: Path) -> tuple[tuple[str, str], ...]:
-    """(FILE:QUALNAME, dedented source) of the functions stdlib-edit asks about, in a fixed order."""
+def stdlib_functions(stdlib: Path, modules: tuple[str, ...] = STDLIB_MODULES) -> tuple[tuple[str, str], ...]:
+    """(FILE:QUALNAME, dedented source) of the functions stdlib-edit asks about (of other `modules`: the
+    distillation data's edit tasks, zoo/distill_prompts.py), in a fixed order."""
     out = []
-    for rel in STDLIB_MODULES:
+    for rel in modules:
         f = stdlib / rel
         if not f.is_file():
             continue
         lines = f.read_text(encoding="utf-8").splitlines()
         found, seen = [], set()
-        todo = [("", n) for n in ast.parse("\n".join(lines), str(f)).body]
+        try:
+            todo = [("", n) for n in ast.parse("\n".join(lines), str(f)).body]
+        except (SyntaxError, ValueError):  # (a file of another Python's syntax: none in STDLIB_MODULES)
+            continue
         for prefix, node in todo:
             if isinstance(node, ast.ClassDef) and not prefix:
                 todo += [(node.name + ".", n) for n in node.body]
@@ -377,13 +381,14 @@ class StdlibEdit:
         return f"{EDIT_ASK}\n\nEdit: {self.instruction}\n\n```python\n{self.source}\n```"
 
 
-def stdlib_edits(stdlib: str | Path | None = None) -> list[StdlibEdit]:
-    """The stdlib-edit tasks, from `stdlib` (default: this interpreter's standard library directory)."""
+def stdlib_edits(stdlib: str | Path | None = None, modules: tuple[str, ...] = STDLIB_MODULES) -> list[StdlibEdit]:
+    """The stdlib-edit tasks, from `stdlib` (default: this interpreter's standard library directory); other
+    `modules` give other tasks of the same kind."""
     root = Path(stdlib or sysconfig.get_paths()["stdlib"])
     if not root.is_dir():
         raise WorkloadError(f"workload stdlib-edit: the standard library directory {root} is not there")
     out = []
-    for fid, src in stdlib_functions(root):
+    for fid, src in stdlib_functions(root, tuple(modules)):
         fn = ast.parse(src).body[0]
         for edit, make in EDITS.items():
             done = make(src, fn)

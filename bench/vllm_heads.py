@@ -4,6 +4,8 @@ Medusa heads converted to the Medusa-1 layout; vLLM's greedy outputs must equal 
 Runs in the vllm tier's venv (tests/reference/test_vllm_heads.py runs it):
 
     .venv-tier-vllm/bin/python bench/vllm_heads.py --json out.json
+    .venv-tier-vllm/bin/python bench/vllm_heads.py --trained models/smollm2-eagle3 --target models/smollm2-135m-instruct \
+        --workloads chat-open:campaign,math-word:campaign --json out.json   (a head zoo.eagle3_train trained)
 
 * eagle3, speculators layout (harness.models.eagle3.write_random(layout="speculators"): `speculators_config` names the
   verifier and the draft length), given to vLLM two ways: as speculative_config={"method": "eagle3", "model": DIR}
@@ -146,14 +148,46 @@ def medusa_walk(path: Path, prompts: list[list[int]], outs: list[list[int]], k: 
     return blocks
 
 
+def trained(head: Path, target: Path, prompts: list[list[int]], k: int, max_new: int) -> dict:
+    """A head trained by zoo.eagle3_train (its speculators directory) on `target`, decoded by vLLM as
+    speculative_config on that target: its outputs against transformers' greedy ones."""
+    from vllm import LLM
+
+    try:
+        llm = LLM(model=str(target), dtype="float32", max_model_len=2048, enforce_eager=True, seed=0,
+                  disable_log_stats=False, speculative_config={"method": "eagle3", "model": str(head),
+                                                               "num_speculative_tokens": k})  # fmt: skip
+    except Exception as e:
+        return {"refused": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    res = vc.generate(llm, prompts, max_new)
+    m = vc.spec_metrics(llm)
+    vc.shutdown(llm)
+    ref = vc.hf_greedy(prompts, max_new, target)
+    outs = [list(r.outputs[0].token_ids) for r in res]
+    return {"outputs_equal": sum(o == y for o, y in zip(outs, ref)), "prompts": len(prompts), "metrics": m,
+            "draft_vocab_size": json.loads((head / "config.json").read_text())["draft_vocab_size"]}  # fmt: skip
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trained", type=Path, help="an EAGLE-3 directory of zoo.eagle3_train: decode it alone")
+    ap.add_argument("--target", type=Path, default=vc.TARGET, help="its target (with --trained)")
     ap.add_argument("--workloads", type=lambda s: s.split(","), default=["code", "copy"])
     ap.add_argument("--limit", type=int, default=3, help="prompts per workload")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if args.trained:
+        prompts = [ids for _, _, ids in vc.load_prompts(args.workloads, args.limit, args.target)]
+        r = trained(args.trained, args.target, prompts, args.k, args.max_new_tokens)
+        m = r.get("metrics", {})
+        print(f"[MEASURED] {args.trained} on {args.target}: " + (f"refused: {r['refused']}" if "refused" in r else
+              f"outputs == transformers greedy on {r['outputs_equal']}/{len(prompts)}; draft vocabulary "
+              f"{r['draft_vocab_size']}; drafts {m.get('num_drafts')}, accepted {m.get('num_accepted_tokens')}"))  # fmt: skip
+        if args.json:
+            write_text(args.json, json.dumps(r, indent=1) + "\n")
+        return 0
     prompts = [ids for _, _, ids in vc.load_prompts(args.workloads, args.limit)]
     ref = vc.hf_greedy(prompts, args.max_new_tokens)
     out = {"engine": vc.ENGINE, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "variants": {}}

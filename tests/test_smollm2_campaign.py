@@ -42,15 +42,21 @@ def test_print_shows_every_stage_and_runs_nothing(tmp_path):
     assert [c.split()[2:4] for c in cmds] == [
         ["-m", "harness.gguf"],
         ["-m", "zoo.heads"],
+        ["-m", "zoo.distill"],
+        ["-m", "zoo.eagle3_train"],
+        ["-m", "zoo.dflash_train"],
         ["sweep.py", "--models"],  # the dense phase's shards, side by side
         ["sweep.py", "--models"],
         ["sweep.py", "--models"],  # then the live phase in one process
         ["-m", "zoo.runcard"],
     ]
-    assert [c.split("--shard ")[1].split()[0] if "--shard " in c else None for c in cmds[2:5]] == ["0/2", "1/2", None]
-    assert cmds[2].endswith("&") and cmds[3].endswith("&") and not cmds[4].endswith("&")
+    assert [c.split("--shard ")[1].split()[0] if "--shard " in c else None for c in cmds[5:8]] == ["0/2", "1/2", None]
+    assert cmds[5].endswith("&") and cmds[6].endswith("&") and not cmds[7].endswith("&")
     assert not out.exists() and not (tmp_path / "m").exists()
-    assert "--resume" not in cmds[2] and "--resume" not in cmds[4]
+    assert "--resume" not in cmds[5] and "--resume" not in cmds[7]
+    data = str(tmp_path / "m" / smollm2.DISTILL)
+    assert all(f"--data {data}" in c for c in cmds[3:5]) and f"--out {data}" in cmds[2]  # one data, both trainers
+    assert cmds[-1].count("--heads") == 4
     out.mkdir()
     assert smollm2.sweep_command(tmp_path / "m", out)[-1] == "--resume"  # a second start resumes
     assert "--resume" not in smollm2.sweep_command(tmp_path / "m", out, (1, 2))  # a shard without its part: fresh
@@ -65,16 +71,32 @@ def test_one_shard_is_one_sweep(tmp_path):
 
 
 def test_every_drafter_spec_parses_and_names_each_family():
-    specs = [parse_spec(d) for d in smollm2.drafters(Path("/m/heads"))]
+    specs = [parse_spec(d) for d in smollm2.drafters(Path("/m"))]
     kinds = {s.kind for s in specs}
-    assert {"ngram", "suffix", "layerskip", "medusa", "eagle", "cascade"} <= kinds and len(specs) >= 6
+    assert {"ngram", "suffix", "layerskip", "medusa", "eagle", "eagle3", "dflash", "cascade"} <= kinds
+    assert [s.name for s in specs] == ["ngram", "ngram_vllm", "suffix", "suffix_arctic", "layerskip", "medusa", "eagle",
+                                       "eagle3", "dflash", "cascade"]  # issue 33's list  # fmt: skip
+    (df,) = [s for s in specs if s.kind == "dflash"]
+    assert df.settings["block"] == smollm2.K + 1  # a block of k + 1 drafts k
     assert {s.settings.get("rule") for s in specs if s.kind == "ngram"} == {None, "vllm"}  # both rules
     assert {s.settings.get("rule") for s in specs if s.kind == "suffix"} == {None, "arctic"}
     (casc,) = [s for s in specs if s.kind == "cascade"]
     first, second = casc.settings["of"].split("+")
     by_name = {s.name: s.kind for s in specs}
     # a drafter that reads target features cannot extend another's draft: the lookup comes second
-    assert by_name[first] in {"medusa", "eagle", "layerskip"} and by_name[second] in {"ngram", "suffix"}
+    assert by_name[first] in {"eagle3", "dflash"} and by_name[second] == "suffix" and second == "suffix_arctic"
+
+
+def test_the_cascade_takes_the_model_drafter_with_the_longer_held_out_acceptance(tmp_path):
+    import json
+
+    assert smollm2.best_model(tmp_path) == "eagle3"  # no cards yet
+    for d, info in ((smollm2.EAGLE3, {"chosen_vocab": 8192, "vocab_sizes": {"8192": {"acceptance": 0.9}}}),
+                    (smollm2.DFLASH, {"heldout_acceptance": {"k = 4 (block 5)": {"mean": 1.1}}})):  # fmt: skip
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "training_info.json").write_text(json.dumps(info))
+    assert smollm2.best_model(tmp_path) == "dflash"
+    assert "cascade=cascade:of=dflash+suffix_arctic" in smollm2.drafters(tmp_path)
 
 
 def test_the_campaign_prompts_exist_and_are_disjoint_from_the_heads_prompts():

@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 from bandit.logs.safeio import write_text
+from harness.models import lm
 from harness.drafters import DrafterEnv, Sequence, build_drafters, common_prefix, parse_spec
 
 from .heads_data import Example, teacher_forced
@@ -35,11 +38,13 @@ def drafters_for(specs: list[str], target, tok, target_path: Path) -> dict:
     return build_drafters([parse_spec(s) for s in specs], env)
 
 
-def accepted_lengths(drafter, ex: Example, feats, k: int) -> list[int]:
-    """Accepted length at each output position of one example (see the module's doc); feats (L, H)."""
+def accepted_lengths(drafter, ex: Example, feats, k: int, hidden: dict | None = None) -> list[int]:
+    """Accepted length at each output position of one example (see the module's doc); feats (L, H); hidden: the
+    target states at the tap keys the drafter reads ({key: (L, H)}: EAGLE-3, DFlash)."""
     y, ids = ex.output, ex.ids
     ks = [min(k, len(y) - p) for p in range(len(y))]
-    seq = Sequence(ids, len(ex.prompt), feats[: len(ids) - 1], 0, 0.0, ks)
+    n = len(ids) - 1
+    seq = Sequence(ids, len(ex.prompt), feats[:n], 0, 0.0, ks, hidden={key: v[:n] for key, v in (hidden or {}).items()})
     getattr(drafter, "start", lambda *a: None)(ex.workload, ex.prompt_id)
     dense = getattr(drafter, "dense", None)
     drafts = dense(seq, {}) if dense else [drafter.draft(seq.prefix(p), kp) for p, kp in enumerate(ks)]
@@ -52,12 +57,19 @@ def heldout_acceptance(drafters: dict, target, examples: list[Example], k: int) 
     from tqdm import tqdm
 
     per: dict[str, dict[str, list[int]]] = {n: {} for n in drafters}
+    keys = set().union(*(getattr(d, "feature_layers", frozenset)() for d in drafters.values())) - {lm.LAST}
     for ex in tqdm(examples, desc="held-out acceptance", unit="prompt", dynamic_ncols=True):
         if not ex.output:
             continue
-        feats, _ = teacher_forced(target, ex.ids)
+        hidden = None
+        if keys:  # one forward gives every tapped state and the last one
+            _, hidden = lm.forward(target, torch.tensor(ex.ids), lm.new_cache(), taps=keys | {lm.LAST}, causal=True)
+            hidden = {key: v.float().clone() for key, v in hidden.items()}
+            feats = hidden[lm.LAST]
+        else:
+            feats, _ = teacher_forced(target, ex.ids)
         for n, d in drafters.items():
-            per[n].setdefault(ex.workload, []).extend(accepted_lengths(d, ex, feats, k))
+            per[n].setdefault(ex.workload, []).extend(accepted_lengths(d, ex, feats, k, hidden))
     out = {}
     for n, by_wl in per.items():
         every = [a for v in by_wl.values() for a in v]

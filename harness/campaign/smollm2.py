@@ -8,6 +8,11 @@
 2. heads: Medusa-1 heads and an EAGLE head trained on the target's own greedy outputs on the workloads' `:train`
    parts (`python -m zoo.heads`, its greedy cache resumes), into <models>/smollm2-heads/{medusa,eagle}; skipped
    when both cards exist.
+   distill: the self-distillation data (`python -m zoo.distill`: >= 1,000,000 generated tokens and the target's
+   states, prompts disjoint from the campaign's by hash) into <models>/smollm2-distill; resumes by chunk.
+   eagle3, dflash: an EAGLE-3 head with a draft vocabulary (`python -m zoo.eagle3_train`) and a DFlash block
+   drafter (`python -m zoo.dflash_train`) trained on that data into <models>/smollm2-eagle3 and
+   <models>/smollm2-dflash; each resumes from its checkpoint and is skipped when its card exists.
 3. sweep: the dense phase (CAMPAIGN_LIMIT prompts of each workload's `:campaign` part, disjoint from the heads'
    prompts) as `--shards` processes side by side (`python sweep.py ... --out RUN --shard I/N`, the cores
    divided among them), then the live phase (LIVE_PROMPTS per workload, every configuration) in one process on the
@@ -36,9 +41,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "smollm2-135m-instruct"
 HEADS = "smollm2-heads"
+DISTILL, EAGLE3, DFLASH = "smollm2-distill", "smollm2-eagle3", "smollm2-dflash"
 WORKLOADS = ("humaneval-chat", "stdlib-edit", "chat-open", "math-word")
 CAMPAIGN_LIMIT = 40  # dense prompts per workload
 LIVE_PROMPTS = 10  # live prompts per workload, each decoded by every configuration
+STAGES = ("all", "setup", "heads", "distill", "eagle3", "dflash", "sweep", "card")
 MAX_NEW_TOKENS = 128
 K = 4
 HEAD_PROMPTS = 30  # training prompts per workload for the heads (the `:train` parts)
@@ -49,9 +56,26 @@ SHARDS = min(2, os.cpu_count() or 1)  # dense-phase processes at once (the cores
 MAX_SHARDS = os.cpu_count() or 1  # more shards than cores only queue for them
 
 
-def drafters(heads: Path) -> list[str]:
+def best_model(models: Path) -> str:
+    """The trained drafter (eagle3 or dflash) with the larger held-out mean accepted length at K on its card;
+    eagle3 while either card is missing (the cascade's model part)."""
+    import json
+
+    try:
+        e = json.loads((models / EAGLE3 / "training_info.json").read_text())
+        d = json.loads((models / DFLASH / "training_info.json").read_text())
+        acc_e = e["vocab_sizes"][str(e["chosen_vocab"])]["acceptance"]
+        acc_d = d["heldout_acceptance"][f"k = {K} (block {K + 1})"]["mean"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "eagle3"
+    return "dflash" if acc_d > acc_e else "eagle3"
+
+
+def drafters(models: Path) -> list[str]:
     """Every drafter of the campaign: both lookups under both rules, the layer-skip drafter, the heads trained on
-    this target, and a cascade of a lookup and a model drafter."""
+    this target (Medusa and EAGLE on the workloads' train parts, EAGLE-3 and DFlash on the self-distillation data),
+    and a cascade of the better of EAGLE-3 and DFlash extended by the suffix lookup."""
+    heads = models / HEADS
     return [
         "ngram=ngram",
         "ngram_vllm=ngram:rule=vllm",
@@ -60,8 +84,32 @@ def drafters(heads: Path) -> list[str]:
         f"layerskip=layerskip:layers={LAYERSKIP}",
         f"medusa=medusa:path={heads / 'medusa'}",
         f"eagle=eagle:path={heads / 'eagle'}",
-        "cascade=cascade:of=eagle+ngram",
+        f"eagle3=eagle3:path={models / EAGLE3}",
+        f"dflash=dflash:block={K + 1},path={models / DFLASH}",
+        f"cascade=cascade:of={best_model(models)}+suffix_arctic",
     ]
+
+
+def distill_command(models: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "zoo.distill",
+        "--models",
+        str(models),
+        "--target",
+        TARGET,
+        "--out",
+        str(models / DISTILL),
+    ]
+
+
+def trainer_command(models: Path, kind: str) -> list[str]:
+    """zoo.eagle3_train or zoo.dflash_train on the self-distillation data."""
+    out = models / (EAGLE3 if kind == "eagle3" else DFLASH)
+    cmd = [sys.executable, "-m", f"zoo.{kind}_train", "--models", str(models), "--target", TARGET]
+    cmd += ["--data", str(models / DISTILL), "--out", str(out)]
+    return cmd + (["--k", str(K)] if kind == "eagle3" else [])
 
 
 def heads_command(models: Path) -> list[str]:
@@ -94,7 +142,7 @@ def sweep_command(models: Path, out: Path, shard: tuple[int, int] | None = None)
     """The sweep; with `shard` (I, N), shard I of N of the dense phase only (the live phase follows in one
     process)."""
     cmd = [sys.executable, "sweep.py", "--models", str(models), "--target", TARGET]
-    for d in drafters(models / HEADS):
+    for d in drafters(models):
         cmd += ["--drafter", d]
     cmd += ["--workloads", ",".join(f"{w}:campaign" for w in WORKLOADS), "--limit", str(CAMPAIGN_LIMIT)]
     cmd += ["--mode", "dense", "--k", str(K), "--max-new-tokens", str(MAX_NEW_TOKENS)]
@@ -170,7 +218,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--out", help="the run directory, relative to the current directory (default: runs/smollm2-<UTC date>)"
     )
-    ap.add_argument("--stage", choices=("all", "setup", "heads", "sweep", "card"), default="all")
+    ap.add_argument("--stage", choices=STAGES, default="all")
     ap.add_argument(
         "--shards",
         type=int,
@@ -195,12 +243,24 @@ def main(argv=None) -> None:
             print(f"heads: {models / HEADS} has both cards; kept")
         else:
             run(heads_command(models), a.dry)
+    if a.stage in ("all", "distill"):
+        if (models / DISTILL / "card.json").is_file() and not a.dry:
+            print(f"distill: {models / DISTILL} has its card; kept")
+        else:
+            run(distill_command(models), a.dry)
+    for kind, d in (("eagle3", EAGLE3), ("dflash", DFLASH)):
+        if a.stage in ("all", kind):
+            if (models / d / "training_info.json").is_file() and not a.dry:
+                print(f"{kind}: {models / d} has its card; kept")
+            else:
+                run(trainer_command(models, kind), a.dry)
     if a.stage in ("all", "sweep"):
         if a.shards > 1 and not dense_done(out):
             run_side_by_side([sweep_command(models, out, (i, a.shards)) for i in range(a.shards)], a.dry)
         run(sweep_command(models, out), a.dry)
     if a.stage in ("all", "card"):
         heads = [w for h in ("medusa", "eagle") for w in ("--heads", str(models / HEADS / h))]
+        heads += [w for d in (EAGLE3, DFLASH) for w in ("--heads", str(models / d))]
         run([sys.executable, "-m", "zoo.runcard", str(out), *heads], a.dry)
 
 

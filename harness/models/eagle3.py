@@ -173,10 +173,11 @@ class Eagle3(nn.Module):
     def embed(self, tok: torch.Tensor) -> torch.Tensor:
         return (self.embed_tokens if self.embed_tokens is not None else self._target_embed)(tok)
 
-    def step(self, h, tok, pos, past=None, mask=None):
+    def step(self, h, tok, pos, past=None, mask=None, logits: bool = True):
         """h (B, Q, H) hidden inputs, tok (B, Q) target token ids, pos (B, Q); past: per layer (k, v)
         or None; mask (B|1, 1, Q, K) bool or None (causal after past). Returns (h' (B, Q, H) to feed
-        back, logits (B, Q, V_draft) float32, per layer (k, v) with past included)."""
+        back, logits (B, Q, V_draft) float32 (None with logits=False: a trainer reads `head(h')` at the
+        rows it scores), per layer (k, v) with past included)."""
         emb = self.embed(tok)
         cos, sin = blocks.rope_cos_sin(self.freq, pos, h.dtype)
         kv = []
@@ -185,8 +186,11 @@ class Eagle3(nn.Module):
             kv.append(c)
         if self.norm_output:
             h = self.norm(h)
-            return h, self.lm_head(h).float(), kv
-        return h, self.lm_head(self.norm(h)).float(), kv
+        return h, (self.head(h) if logits else None), kv
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits (..., V_draft) float32 of step outputs h' (..., H)."""
+        return self.lm_head(h if self.norm_output else self.norm(h)).float()
 
     def to_target(self, d: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids -> target ids."""

@@ -53,6 +53,29 @@ def test_every_head_decodes_in_vllm_as_greedy(heads):
     assert med["by_prompt"]["zero_gap"] == med["by_prompt"]["prompts"] == 6
 
 
+def test_a_head_trained_by_zoo_eagle3_train_decodes_in_vllm_as_greedy(tmp_path):
+    """The trainer's own output (speculators layout, a draft vocabulary smaller than the target's: d2t/t2d), on the
+    zoo target: data by zoo.distill, a few steps of zoo.eagle3_train, then vLLM decodes with it."""
+    upstream("vllm", "vllm")
+    target = REPO / "zoo" / "target"
+    run = lambda *a: subprocess.run([sys.executable, "-m", *a], cwd=REPO, capture_output=True, text=True, timeout=900)
+    r = run("zoo.distill", "--target", str(target), "--out", str(tmp_path / "data"), "--tokens", "300", "--batch", "4",
+            "--magpie", "0", "--max-new-tokens", "24", "--threads", "1", "--layers", "1,2,3,4")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run("zoo.eagle3_train", "--data", str(tmp_path / "data"), "--target", str(target), "--out", str(tmp_path / "e3"),
+            "--layer-ids", "1,2,3", "--vocab", "2048", "--sizes", "2048", "--steps", "4", "--batch", "2",
+            "--heldout-prompts", "1", "--max-len", "96", "--threads", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = tmp_path / "trained.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--trained", str(tmp_path / "e3"), "--target", str(target),
+                        "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1800)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert "refused" not in got, got.get("refused")
+    assert got["draft_vocab_size"] == 2048 and got["outputs_equal"] == got["prompts"] == 6
+    assert got["metrics"]["num_drafts"] > 0
+
+
 def test_medusa1_layout_reads_back_to_the_same_heads(tmp_path):
     upstream("vllm", "vllm")
     spec = importlib.util.spec_from_file_location("vllm_heads", SCRIPT)
