@@ -217,7 +217,7 @@ def test_trainers_write_what_the_harness_loads(tiny, data):
     from zoo.heads_eval import drafters_for
 
     out = tiny.root / "heads"
-    common = ["--data", str(data), "--target", str(tiny.path), "--steps", "2", "--batch", "2", "--threads", "1",
+    common = ["--data", str(data), "--target", str(tiny.path), "--models", str(tiny.root), "--steps", "2", "--batch", "2", "--threads", "1",
               "--heldout-prompts", "1", "--max-len", "64"]  # fmt: skip
     assert (
         eagle3_train.main([*common, "--out", str(out / "eagle3"), "--vocab", "64", "--sizes", "32,64,0", "--ttt", "2"])
@@ -235,3 +235,20 @@ def test_trainers_write_what_the_harness_loads(tiny, data):
     assert set(dinfo["heldout_acceptance"]) == {"k = 2 (block 3)", "k = 4 (block 5)"}
     assert json.loads((out / "dflash" / "config.json").read_text())["block_size"] == 5
     assert (out / "eagle3" / "README.md").read_text().count("mean accepted length") >= 1
+    assert str(tiny.root) not in json.dumps(info)  # no machine's path: the models root is $SPECBANDIT_MODELS
+    assert (
+        "--target $SPECBANDIT_MODELS/target" in info["command"]
+        and info["target"]["path"] == "$SPECBANDIT_MODELS/target"
+    )
+    # a run's card copies both (zoo/runcard.py), matched by the weights' identity
+    from zoo import runcard
+
+    run = tiny.root / "run"
+    run.mkdir()
+    m = {"target": {"path": "t", "sha256": "x"},
+         "drafters": {"e3": {"kind": "eagle3", "sha256": lm.weights_sha256(out / "eagle3")},
+                      "df": {"kind": "dflash", "sha256": lm.weights_sha256(out / "dflash")}}}  # fmt: skip
+    lines = runcard.copy_heads(run, [out / "eagle3", out / "dflash"], m)
+    assert len(lines) == 2 and all("generated tokens" in x and "[MEASURED]" in x for x in lines)
+    assert json.loads((run / "cards" / "e3.json").read_text())["vocab_sizes"] == info["vocab_sizes"]
+    assert "Draft vocabulary" in (run / "cards" / "e3.md").read_text()

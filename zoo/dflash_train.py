@@ -171,7 +171,7 @@ def main(argv=None) -> int:
             parts = {k: v / max(1, used) for k, v in parts.items()}
             return tot / max(1, used), {**parts, "block": float(m.block_size)}
 
-        meta = {"data": data.sha256(), "layers": a.layers, "blocks": ",".join(map(str, blocks_)), "anchors": a.anchors,
+        meta = {"data_sha256": data.sha256(), "layers": a.layers, "blocks": ",".join(map(str, blocks_)), "anchors": a.anchors,
                 "steps": steps, "batch": a.batch, "max_len": a.max_len, "lr": a.lr, "seed": a.seed}  # fmt: skip
         ckpt = out.parent / f"{out.name}.checkpoint.safetensors"  # beside: the harness reads every file inside
         res = {"steps": steps, "wall_s": 0.0, "resumed_at": steps}
@@ -188,15 +188,16 @@ def main(argv=None) -> int:
         for b in blocks_:
             spec = f"k{b - 1}=dflash:block={b},path={out}"
             acc.update(DT.heldout([spec], target, tok, path, out.parent / "heldout-greedy", b - 1, a.heldout_prompts))
-        info = {"kind": "dflash", "target": {"path": DT.portable(path), "sha256": lm.weights_sha256(path)},
-                "data": {"path": DT.portable(Path(a.data)), "sha256": data.sha256(), "sequences": n,
+        info = {"kind": "dflash", "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
+                "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": n,
                          "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"]},
                 "target_layer_ids": [1, int(target.config.num_hidden_layers) // 2 - 1, int(target.config.num_hidden_layers) - 4],
                 "mask_token_id": mask_id, **meta, "train_wall_s": res["wall_s"], "resumed_at": res["resumed_at"],
                 "last_step": res.get("last"), "threads": torch.get_num_threads(), "heldout_prompts": a.heldout_prompts,
                 "heldout_acceptance": {f"k = {b - 1} (block {b})": acc[f"k{b - 1}"] for b in blocks_},
                 "sha256": {"weights": lm.weights_sha256(out)},
-                "command": "python -m zoo.dflash_train " + " ".join(sys.argv[1:] if argv is None else argv)}  # fmt: skip
+                "path": DT.portable(out, a.models),
+                "command": DT.command("zoo.dflash_train", list(sys.argv[1:] if argv is None else argv), a.models)}  # fmt: skip
         about = ("DFlash block drafter: non-causal Qwen3 layers over [last token, mask tokens] with context keys and "
                  "values from the target's states at three layers (zoo/dflash_train.py); z-lab's layout.")  # fmt: skip
         DT.write_card(out, info, f"DFlash drafter for {info['target']['path']}", about, PUBLISHED)

@@ -311,7 +311,7 @@ def pack(out: Path, a, target: Path, target_sha: str) -> dict:
     meta0 = read_chunk_meta(chunk_path(out, 0))
     card = {
         "format": FORMAT,
-        "target": {"path": lm_portable(target), "sha256": target_sha},
+        "target": {"path": lm_portable(target, a.models), "sha256": target_sha},
         "feature_keys": meta0["keys"],
         "feature_dtype": "float16",
         "max_new_tokens": a.max_new_tokens,
@@ -338,8 +338,8 @@ def pack(out: Path, a, target: Path, target_sha: str) -> dict:
     return card
 
 
-def lm_portable(path: Path) -> str:
-    root = lm.models_root(None)
+def lm_portable(path: Path, models: str | None = None) -> str:
+    root = lm.models_root(models)
     try:
         return (
             "$SPECBANDIT_MODELS/" + str(Path(path).resolve().relative_to(Path(root).resolve())) if root else str(path)

@@ -34,9 +34,23 @@ HELDOUT_PROMPTS = 8  # campaign-part prompts per workload for the held-out accep
 WORKLOADS = ("humaneval-chat", "stdlib-edit", "chat-open", "math-word")
 
 
-def portable(path: Path) -> str:
+def portable(path: Path, models: str | None = None) -> str:
     """A path as the cards write it: under the models root as $SPECBANDIT_MODELS/..., else as given."""
-    return lm_portable(path)
+    return lm_portable(path, models)
+
+
+def command(module: str, argv: list[str], models: str | None) -> str:
+    """The command a card records: every path option's value absolute, then written relative to the models root
+    ($SPECBANDIT_MODELS) or the repository (zoo.heads.portable), so it names no machine's path."""
+    import shlex
+
+    from harness.models import lm
+
+    from .heads import portable as portable_text
+
+    paths = ("--models", "--out", "--data", "--target")
+    out = [str(Path(x).resolve()) if i and argv[i - 1] in paths and Path(x).exists() else x for i, x in enumerate(argv)]
+    return portable_text(f"python -m {module} " + shlex.join(out), lm.models_root(models))
 
 
 def log(msg: str) -> None:
@@ -215,11 +229,26 @@ def heldout(specs: list[str], target, tok, target_path: Path, cache_dir: Path, k
     return heldout_acceptance(drafters_for(specs, target, tok, target_path), target, examples, k)
 
 
-def write_card(d: Path, info: dict, title: str, about: str, published: str) -> None:
-    write_text(d / "training_info.json", json.dumps(info, indent=2, sort_keys=True) + "\n")
+def write_card(d: Path, info: dict, title: str, about: str, published: str, json_file: Path | None = None,
+               md_file: Path | None = None) -> None:  # fmt: skip
+    """training_info.json and README.md in the drafter's directory (or at json_file and md_file: a run's copy,
+    zoo/runcard.py, which renders it again from the json's own `card` texts)."""
+    info = {**info, "card": {"title": title, "about": about, "published": published}}
+    write_text(json_file or d / "training_info.json", json.dumps(info, indent=2, sort_keys=True) + "\n")
     acc = info["heldout_acceptance"]
     lines = [f"# {title}", "", about, "", "## Training", ""]
-    lines += [f"- {k}: `{json.dumps(v, sort_keys=True)}`" for k, v in sorted(info.items()) if k != "heldout_acceptance"]
+    lines += [
+        f"- {k}: `{json.dumps(v, sort_keys=True)}`"
+        for k, v in sorted(info.items())
+        if k not in ("heldout_acceptance", "card", "vocab_sizes")
+    ]
+    if info.get("vocab_sizes"):
+        lines += ["", "## Draft vocabulary [MEASURED]", "", "| size | coverage of generated tokens | held-out acceptance "
+                  "| draft step ms | (1 + acceptance) / (verify + k steps), per ms |", "|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {n} | {r['coverage']:.4f} | {r['acceptance']:.3f} | {r['draft_step_ms']:.2f} | {r['tokens_per_ms']:.5f} |"
+                  for n, r in info["vocab_sizes"].items()]  # fmt: skip
+        lines += ["", f"Chosen: {info['chosen_vocab']} (verify of k+1 tokens: {info['verify_ms']} ms; "
+                  f"{info['threads']} threads; one run on one host)."]  # fmt: skip
     lines += ["", "## Held-out acceptance [MEASURED]", ""]
     lines += [f"Mean accepted length (zoo/heads_eval.py's definition) on the first {info['heldout_prompts']} "
               "campaign-part prompts of each workload (never in the training data):", ""]  # fmt: skip
@@ -228,4 +257,13 @@ def write_card(d: Path, info: dict, title: str, about: str, published: str) -> N
         lines += [f"| {w} | {v:.3f} |" for w, v in r["per_workload"].items()]
         lines += [f"| pooled ({r['prompts']} prompts, {r['positions']} positions) | {r['mean']:.3f} |", ""]
     lines += ["## For scale", "", published, ""]
-    write_text(d / "README.md", "\n".join(lines))
+    write_text(md_file or d / "README.md", "\n".join(lines))
+
+
+def summary(info: dict, k: int) -> tuple[str, float | None, int | None]:
+    """(what the drafter is, its held-out mean accepted length at k, prompts) from a card of these trainers."""
+    if info["kind"] == "eagle3":
+        best = info["heldout_acceptance"].get(f"draft vocabulary {info['chosen_vocab']}", {})
+        return f"draft vocabulary {info['chosen_vocab']}", best.get("mean"), best.get("prompts")
+    r = next((v for n, v in info["heldout_acceptance"].items() if n.startswith(f"k = {k} ")), {})
+    return f"blocks {info.get('blocks')}", r.get("mean"), r.get("prompts")

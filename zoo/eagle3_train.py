@@ -256,7 +256,7 @@ def main(argv=None) -> int:
                     acc[k_] = acc.get(k_, 0.0) + v / a.batch
             return tot, acc
 
-        meta = {"data": data.sha256(), "vocab": a.vocab, "steps": steps, "batch": a.batch, "ttt": a.ttt,
+        meta = {"data_sha256": data.sha256(), "vocab": a.vocab, "steps": steps, "batch": a.batch, "ttt": a.ttt,
                 "max_len": a.max_len, "lr": a.lr, "seed": a.seed}  # fmt: skip
         ckpt = out.parent / f"{out.name}.checkpoint.safetensors"  # beside: the harness reads every file inside
         res = {"steps": steps, "wall_s": 0.0, "resumed_at": steps}
@@ -285,21 +285,22 @@ def main(argv=None) -> int:
         best = max(rows, key=lambda s_: rows[s_]["tokens_per_ms"])
         for f in ("config.json", "model.safetensors"):
             shutil.copyfile(variants[best][0] / f, out / f)
-        info = {"kind": "eagle3", "target": {"path": DT.portable(path), "sha256": lm.weights_sha256(path)},
-                "data": {"path": DT.portable(Path(a.data)), "sha256": data.sha256(), "sequences": n,
+        info = {"kind": "eagle3", "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
+                "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": n,
                          "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"]},
                 "trained_vocab": len(keep), "trained_vocab_coverage": round(cover, 4), "layer_ids": m.layer_ids,
                 **meta, "train_wall_s": res["wall_s"], "resumed_at": res["resumed_at"], "last_step": res.get("last"),
                 "threads": torch.get_num_threads(), "verify_ms": {str(a.k + 1): round(t_verify, 3)},
                 "vocab_sizes": {str(s_): r for s_, r in rows.items()}, "chosen_vocab": best,
                 "heldout_prompts": a.heldout_prompts, "heldout_acceptance": {f"draft vocabulary {s_}": acc[f"v{s_}"] for s_ in rows},
-                "command": "python -m zoo.eagle3_train " + " ".join(sys.argv[1:] if argv is None else argv)}  # fmt: skip
+                "path": DT.portable(out, a.models),
+                "command": DT.command("zoo.eagle3_train", list(sys.argv[1:] if argv is None else argv), a.models)}  # fmt: skip
         info["sha256"] = {"weights": lm.weights_sha256(out)}
         DT.write_card(
             out, info, f"EAGLE-3 head for {info['target']['path']} (draft vocabulary {best})", ABOUT, PUBLISHED
         )
         for s_, (d, _) in variants.items():
-            DT.write_card(d, {**info, "chosen_vocab": s_, "sha256": {"weights": lm.weights_sha256(d)}},
+            DT.write_card(d, {**info, "chosen_vocab": s_, "path": DT.portable(d, a.models), "sha256": {"weights": lm.weights_sha256(d)}},
                           f"EAGLE-3 head, draft vocabulary {s_}", ABOUT, PUBLISHED)  # fmt: skip
         DT.log(f"eagle3: vocab {best} chosen; " + "; ".join(f"{s_}: acc {r['acceptance']} cover {r['coverage']} "
                f"step {r['draft_step_ms']} ms" for s_, r in rows.items()))  # fmt: skip

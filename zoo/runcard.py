@@ -28,6 +28,7 @@ from bandit.logs.safeio import write_text
 from harness.models import lm
 from harness.models.identity import legacy_sha256
 from zoo.heads import portable
+from zoo import distill_train
 from zoo.heads_eval import write_card
 
 from .cards import count_output, output_gates, output_table
@@ -111,7 +112,7 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
             raise CardError(f"{h}: its weights are not any drafter's of the run (sha256 differs from the manifest's)")
         dest.mkdir(exist_ok=True)
         info = _json(h / "training_info.json")
-        write_card(h, info["kind"], run_copy(info, ident, m), dest / f"{name}.json", dest / f"{name}.md")
+        _card(h, run_copy(info, ident, m), dest / f"{name}.json", dest / f"{name}.md")
     lines = []
     for f in sorted(dest.glob("*.json")) if dest.is_dir() else []:
         name, info = f.stem, _json(f)
@@ -120,7 +121,17 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
         info = run_copy(info, m["drafters"][name].get("sha256"), m)
         if m["drafters"][name].get("identity"):  # the recorded hash is of another scheme: the card says which
             info["identity"] = m["drafters"][name]["identity"]
-        write_card(dest, info["kind"], info, f, f.with_suffix(".md"))
+        _card(dest, info, f, f.with_suffix(".md"))
+        if info["kind"] in DISTILLED:
+            what, mean, prompts = distill_train.summary(info, 4)
+            lines.append(
+                f"- `{name}` ({info['kind']}, {what}): trained {info['train_wall_s']:.0f} s on "
+                f"{info['data']['generated_tokens']:,} generated tokens ({info['data']['sequences']:,} sequences, "
+                f"zoo.distill); held-out mean accepted length at k=4: "
+                + (f"{mean:.3f}" if mean is not None else "-")
+                + f" over {prompts} prompts [MEASURED]; card `cards/{name}.md`"
+            )
+            continue
         acc = info["heldout_acceptance"]
         lines.append(
             f"- `{name}` ({info['kind']}): trained "
@@ -130,6 +141,17 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
             + f" over {acc['prompts']} prompts [MEASURED]; card `cards/{name}.md`"
         )
     return lines
+
+
+DISTILLED = ("eagle3", "dflash")  # kinds trained on zoo.distill's data: their cards are zoo/distill_train.py's
+
+
+def _card(d: Path, info: dict, json_file: Path, md_file: Path) -> None:
+    if info["kind"] in DISTILLED:
+        c = info["card"]
+        distill_train.write_card(d, info, c["title"], c["about"], c["published"], json_file, md_file)
+    else:
+        write_card(d, info["kind"], info, json_file, md_file)
 
 
 def run_copy(info: dict, ident: str | None, m: dict) -> dict:
