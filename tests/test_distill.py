@@ -252,3 +252,32 @@ def test_trainers_write_what_the_harness_loads(tiny, data):
     assert len(lines) == 2 and all("generated tokens" in x and "[MEASURED]" in x for x in lines)
     assert json.loads((run / "cards" / "e3.json").read_text())["vocab_sizes"] == info["vocab_sizes"]
     assert "Draft vocabulary" in (run / "cards" / "e3.md").read_text()
+
+
+def test_medusa_and_eagle_retrained_with_a_draft_vocabulary(tiny, data):
+    from harness.drafters import Prefix
+    from harness.models.heads import EagleHead, MedusaHeads
+    from zoo import heads_distill
+    from zoo.heads_eval import drafters_for
+
+    out = tiny.root / "heads-distill"
+    argv = ["--data", str(data), "--target", str(tiny.path), "--models", str(tiny.root), "--out", str(out),
+            "--vocab", "40", "--steps", "3", "--batch", "2", "--window", "16", "--threads", "1", "--heldout-prompts", "1"]  # fmt: skip
+    assert heads_distill.main(argv) == 0
+    counts = distill_train.Distilled(data).token_counts(len(tiny.tok))
+    keep, _ = distill_train.draft_vocab(counts, 40)
+    med, eag = MedusaHeads.load(out / "medusa", tiny.model), EagleHead.load(out / "eagle", tiny.model)
+    assert med.draft_ids.tolist() == eag.draft_ids.tolist() == keep.tolist()
+    assert med.proj[0].weight.shape[0] == 40
+    ds = drafters_for(
+        [f"m=medusa:path={out / 'medusa'}", f"e=eagle:path={out / 'eagle'}"], tiny.model, tiny.tok, tiny.path
+    )
+    ids = list(tiny.tok("def f(x): return x").input_ids)
+    _, feats = lm.forward(tiny.model, torch.tensor(ids), lm.new_cache(), hidden=True, causal=True)
+    for d in ds.values():
+        dr = d.draft(Prefix(ids, len(ids) - 2, feats.float(), 0, 0.0, 0), 3)
+        assert dr.tokens and set(dr.tokens) <= set(keep.tolist())  # target ids, all in the draft vocabulary
+    info = json.loads((out / "eagle" / "training_info.json").read_text())
+    assert info["draft_vocab"] == 40 and info["heldout_acceptance"]["k = 4"]["k"] == 4
+    # a full-vocabulary head's config is unchanged: draft_vocab_size is written only when there is one
+    assert "draft_vocab_size" in json.loads((out / "medusa" / "config.json").read_text())

@@ -1,7 +1,7 @@
 """Self-distillation data at scale: the target's own greedy continuations and its states, made here, offline.
 
     python -m zoo.distill [--models DIR] [--target smollm2-135m-instruct] [--out DIR] [--tokens 1000000]
-        [--batch 64] [--max-new-tokens 256] [--magpie 2200] [--seed 0] [--threads N] [--layers I,J,..] [--stage all|prompts|generate|pack]
+        [--batch 64] [--max-new-tokens 256] [--magpie 2200] [--magpie-reserve 1200] [--seed 0] [--threads N] [--layers I,J,..] [--stage all|prompts|generate|pack]
 
 1. prompts: the four sources of zoo/distill_prompts.py (self-written Magpie instructions, sampled in batches and
    kept in <out>/magpie/; edit tasks on other stdlib files; HumanEval's train part; templates), every prompt's
@@ -64,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch", type=int, default=64, help="sequences per batch")
     ap.add_argument("--max-new-tokens", type=int, default=256, help="tokens per continuation")
     ap.add_argument("--magpie", type=int, default=2200, help="self-written instructions to keep (0: none)")
+    ap.add_argument("--magpie-reserve", type=int, default=1200, help="more of them, used only when --tokens needs them")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, help="CPU threads (default: every core)")
     ap.add_argument("--layers", help="hidden_states indices to store, comma-separated (default: 2, L//2, L-3, L)")
@@ -127,10 +128,29 @@ def magpie(model, tok, out: Path, n: int, seed: int, eos: set[int]) -> list[Prom
 
 
 def build_pool(model, tok, out: Path, a, eos: set[int]) -> list[dict]:
-    items = (magpie(model, tok, out, a.magpie, a.seed, eos) if a.magpie else []) + DP.stdlib_edits(a.seed)
-    items += DP.humaneval_train() + DP.templates(a.seed)
+    """The prompts in the order they are generated: the sources shuffled together, then the reserve (more
+    self-written instructions) shuffled on its own, used only when the first part gives fewer than --tokens (so
+    a larger reserve never changes the chunks made before it)."""
+    reserve = getattr(a, "magpie_reserve", 0) if a.magpie else 0
+    mag = magpie(model, tok, out, a.magpie + reserve, a.seed, eos) if a.magpie else []
+    items = mag[: a.magpie] + DP.stdlib_edits(a.seed) + DP.humaneval_train() + DP.templates(a.seed)
     banned, n_campaign = DP.campaign_hashes(tok)
-    pool, dropped, seen = [], 0, set()
+    first = _checked(tok, items, banned)
+    rest = _checked(tok, mag[a.magpie :], banned, {p["ids_sha256"] for p in first[0]})
+    order = np.random.default_rng([a.seed, 3]).permutation(len(first[0]))
+    pool = [first[0][i] for i in order]
+    pool += [rest[0][i] for i in np.random.default_rng([a.seed, 4]).permutation(len(rest[0]))]
+    dropped = first[1] + rest[1]
+    head = {"campaign_prompts": n_campaign, "dropped_as_campaign": dropped, "seed": a.seed, "reserve": len(rest[0])}
+    write_text(out / "prompts.jsonl", "\n".join([json.dumps(head)] + [json.dumps(p) for p in pool]) + "\n")
+    log(f"prompts: {len(pool)} in the pool ({len(rest[0])} in reserve), {dropped} dropped as the campaign's "
+        f"(of {n_campaign} campaign prompts)")  # fmt: skip
+    return pool
+
+
+def _checked(tok, items: list[PromptItem], banned: set[str], seen: set[str] | None = None) -> tuple[list[dict], int]:
+    """(the items as pool entries, how many were dropped as the campaign's); repeats of a rendered prompt dropped."""
+    pool, dropped, seen = [], 0, set(seen or ())
     for p in items:
         ids = p.token_ids(tok)
         hi, ht = DP.ids_hash(ids), DP.text_hash(DP.user_text(p))
@@ -142,12 +162,7 @@ def build_pool(model, tok, out: Path, a, eos: set[int]) -> list[dict]:
         seen.add(hi)
         pool.append({"source": p.workload, "prompt_id": p.prompt_id, "messages": p.messages, "ids_sha256": hi,
                      "text_sha256": ht, "n_prompt": len(ids)})  # fmt: skip
-    order = np.random.default_rng([a.seed, 3]).permutation(len(pool))
-    pool = [pool[i] for i in order]
-    lines = [json.dumps({"campaign_prompts": n_campaign, "dropped_as_campaign": dropped, "seed": a.seed})]
-    write_text(out / "prompts.jsonl", "\n".join(lines + [json.dumps(p) for p in pool]) + "\n")
-    log(f"prompts: {len(pool)} in the pool, {dropped} dropped as the campaign's (of {n_campaign} campaign prompts)")
-    return pool
+    return pool, dropped
 
 
 def read_pool(out: Path) -> tuple[dict, list[dict]]:
@@ -386,7 +401,7 @@ def main(argv=None) -> int:
     try:
         a = parser().parse_args(argv)
         for flag, v, lo, hi in (("--tokens", a.tokens, 1, 10**10), ("--batch", a.batch, 1, 4096),
-                                ("--max-new-tokens", a.max_new_tokens, 1, 1 << 16), ("--magpie", a.magpie, 0, 10**6)):  # fmt: skip
+                                ("--max-new-tokens", a.max_new_tokens, 1, 1 << 16), ("--magpie", a.magpie, 0, 10**6), ("--magpie-reserve", a.magpie_reserve, 0, 10**6)):  # fmt: skip
             limits.integer(flag, v, lo, hi)
         limits.threads("--threads", a.threads)
         limits.seed("--seed", a.seed)

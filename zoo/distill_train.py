@@ -265,5 +265,6 @@ def summary(info: dict, k: int) -> tuple[str, float | None, int | None]:
     if info["kind"] == "eagle3":
         best = info["heldout_acceptance"].get(f"draft vocabulary {info['chosen_vocab']}", {})
         return f"draft vocabulary {info['chosen_vocab']}", best.get("mean"), best.get("prompts")
-    r = next((v for n, v in info["heldout_acceptance"].items() if n.startswith(f"k = {k} ")), {})
-    return f"blocks {info.get('blocks')}", r.get("mean"), r.get("prompts")
+    r = next((v for n, v in info["heldout_acceptance"].items() if n == f"k = {k}" or n.startswith(f"k = {k} ")), {})
+    what = f"blocks {info.get('blocks')}" if info["kind"] == "dflash" else f"draft vocabulary {info.get('draft_vocab')}"
+    return what, r.get("mean"), r.get("prompts")

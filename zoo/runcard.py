@@ -122,7 +122,7 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
         if m["drafters"][name].get("identity"):  # the recorded hash is of another scheme: the card says which
             info["identity"] = m["drafters"][name]["identity"]
         _card(dest, info, f, f.with_suffix(".md"))
-        if info["kind"] in DISTILLED:
+        if "card" in info:  # a card of the self-distillation trainers
             what, mean, prompts = distill_train.summary(info, 4)
             lines.append(
                 f"- `{name}` ({info['kind']}, {what}): trained {info['train_wall_s']:.0f} s on "
@@ -143,11 +143,8 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
     return lines
 
 
-DISTILLED = ("eagle3", "dflash")  # kinds trained on zoo.distill's data: their cards are zoo/distill_train.py's
-
-
 def _card(d: Path, info: dict, json_file: Path, md_file: Path) -> None:
-    if info["kind"] in DISTILLED:
+    if "card" in info:  # trained on zoo.distill's data: the card is zoo/distill_train.py's
         c = info["card"]
         distill_train.write_card(d, info, c["title"], c["about"], c["published"], json_file, md_file)
     else:

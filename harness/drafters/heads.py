@@ -43,7 +43,7 @@ class MedusaDrafter(ModelDrafter):
         toks, confs, ents = [], [], []
         for j in range(n):
             t, c, e = self._pick(logits[j], T, pkey, o * STEP_KEYS + j)
-            toks.append(t)
+            toks.append(self.heads.to_target(t))
             confs.append(c)
             ents.append(e)
         return self._assemble(toks, confs, ents, T, [min(k, n) for k in ks])
@@ -116,6 +116,7 @@ class EagleDrafter(ModelDrafter):
         toks, confs, ents = [], [], []
         for s in range(k):
             t, c, e = self._pick(self._logits(f[0]), T, pre.pkey, torch.tensor([pre.pos * STEP_KEYS + s], device=dev))
+            t = self.head.to_target(t)
             toks.append(t)
             confs.append(c)
             ents.append(e)
@@ -145,6 +146,7 @@ class EagleDrafter(ModelDrafter):
             toks, confs, ents = [], [], []
             for s in range(kmax):
                 t, c, e = self._pick(self._logits(f), T, seq.pkey, o * STEP_KEYS + s)
+                t = self.head.to_target(t)
                 toks.append(t)
                 confs.append(c)
                 ents.append(e)

@@ -47,7 +47,8 @@ def target_dims(target) -> tuple[int, int]:
 def write_ours(dir_: str | Path, fmt: str, cfg, module: nn.Module) -> Path:
     d = Path(dir_)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps({"format": fmt, **asdict(cfg)}, indent=2, sort_keys=True) + "\n")
+    raw = {k: v for k, v in asdict(cfg).items() if k != "draft_vocab_size" or v}  # (the full vocabulary: unwritten)
+    (d / "config.json").write_text(json.dumps({"format": fmt, **raw}, indent=2, sort_keys=True) + "\n")
     state = {k: v.detach().to("cpu").contiguous() for k, v in module.state_dict().items()}
     save_file(state, str(d / OURS_WEIGHTS), metadata={"format": fmt})
     return d
@@ -150,6 +151,7 @@ class MedusaConfig:
     num_heads: int = 4  # longest draft one pass produces
     num_layers: int = 1  # residual blocks per head (Medusa-1 uses 1)
     share_lm_head: bool = False  # True: heads end in the target's lm_head (frozen, not saved)
+    draft_vocab_size: int = 0  # > 0: each head projects onto these target tokens only (`draft_ids`, saved)
 
 
 def _int_field(raw: dict, key: str, where: Path, default=None) -> int:
@@ -200,6 +202,7 @@ class EagleConfig:
     fc_bias: bool = True  # fc has a bias (EAGLE: config "bias", default true)
     qkv_bias: bool = False  # q/k/v projections have biases (EAGLE for Qwen2: config "qkv_bias")
     own_embedding: bool = False  # the head carries (and saves) its own token embedding instead of the target's
+    draft_vocab_size: int = 0  # > 0: logits over these target tokens only (the lm_head's rows `draft_ids`, saved)
 
 
 def _eagle1_config(raw: dict, where: Path) -> EagleConfig:

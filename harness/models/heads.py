@@ -43,6 +43,20 @@ from .head_formats import (
 from .lm import HarnessError
 
 
+def _draft_ids(vd: int, vocab: int, ids: torch.Tensor | None) -> torch.Tensor | None:
+    """The draft vocabulary's target ids (vd,) (zeros until loaded), or None for the full vocabulary."""
+    if not vd:
+        return None
+    if not 0 < vd <= vocab:
+        raise HarnessError(f"draft_vocab_size={vd}: must be in 1..{vocab} (the target's vocabulary)")
+    if ids is None:
+        return torch.zeros(vd, dtype=torch.long)
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    if ids.shape != (vd,) or int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise HarnessError(f"draft vocabulary: {tuple(ids.shape)} ids, expected {vd} in 0..{vocab - 1}")
+    return ids.clone()
+
+
 class _ResBlock(nn.Module):
     def __init__(self, h: int):
         super().__init__()
@@ -70,29 +84,40 @@ class MedusaHeads(nn.Module):
     continuation as `x` (self-distillation) matches the target better.
     """
 
-    def __init__(self, cfg: MedusaConfig, lm_head: nn.Module | None = None):
+    def __init__(self, cfg: MedusaConfig, lm_head: nn.Module | None = None, draft_ids: torch.Tensor | None = None):
         super().__init__()
         self.cfg = cfg
         self.blocks = nn.ModuleList(
             nn.Sequential(*[_ResBlock(cfg.hidden_size) for _ in range(cfg.num_layers)]) for _ in range(cfg.num_heads)
         )
+        vd = cfg.draft_vocab_size
+        self.register_buffer("draft_ids", _draft_ids(vd, cfg.vocab_size, draft_ids))
         if cfg.share_lm_head:
             if lm_head is None:
                 raise ValueError("MedusaConfig.share_lm_head=True needs the target's lm_head")
+            if vd:
+                raise ValueError("MedusaConfig: share_lm_head and a draft vocabulary exclude each other")
             self.proj = None
         else:
             self.proj = nn.ModuleList(
-                nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(cfg.num_heads)
+                nn.Linear(cfg.hidden_size, vd or cfg.vocab_size, bias=False) for _ in range(cfg.num_heads)
             )
-            if lm_head is not None:
+            if lm_head is not None:  # every head starts as the target's lm_head (its draft rows)
+                rows = lm_head.weight.data if self.draft_ids is None else lm_head.weight.data[self.draft_ids]
                 for p in self.proj:
-                    p.weight.data.copy_(lm_head.weight.data)
+                    p.weight.data.copy_(rows)
         object.__setattr__(self, "_lm_head", lm_head)  # not a submodule: never saved or trained here
 
+    def to_target(self, d: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary ids -> target ids."""
+        return d if self.draft_ids is None else self.draft_ids[d]
+
     @classmethod
-    def from_target(cls, target, **kw) -> "MedusaHeads":
+    def from_target(cls, target, draft_ids=None, **kw) -> "MedusaHeads":
         hidden, vocab = target_dims(target)
-        return place(cls(MedusaConfig(hidden, vocab, **kw), target.get_output_embeddings()), target)
+        if draft_ids is not None:
+            kw["draft_vocab_size"] = len(draft_ids)
+        return place(cls(MedusaConfig(hidden, vocab, **kw), target.get_output_embeddings(), draft_ids), target)
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
         """feats (..., H) -> logits (num_heads, ..., V)."""
@@ -208,23 +233,32 @@ class EagleHead(nn.Module):
     entropy; weight `w_ce`, EAGLE uses 0.1). Positions are 0..T-2 with no offset.
     """
 
-    def __init__(self, cfg: EagleConfig, embed: nn.Module | None = None, lm_head: nn.Module | None = None):
+    def __init__(
+        self,
+        cfg: EagleConfig,
+        embed: nn.Module | None = None,
+        lm_head: nn.Module | None = None,
+        draft_ids: torch.Tensor | None = None,
+    ):
         super().__init__()
         self.cfg = cfg
         self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=cfg.fc_bias)
         self.layer = _LlamaLayer(cfg)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if cfg.own_embedding else None
+        self.register_buffer("draft_ids", _draft_ids(cfg.draft_vocab_size, cfg.vocab_size, draft_ids))
         object.__setattr__(self, "_embed", embed)  # the target's modules: not saved, not trained here
         object.__setattr__(self, "_lm_head", lm_head)
+        object.__setattr__(self, "_rows", None)  # (the lm_head's draft rows, and what they were cut from)
 
     @classmethod
-    def from_target(cls, target, **kw) -> "EagleHead":
+    def from_target(cls, target, draft_ids=None, **kw) -> "EagleHead":
         hidden, vocab = target_dims(target)
         kw.setdefault("num_attention_heads", getattr(target.config, "num_attention_heads", 4) or 4)
         kw.setdefault("num_key_value_heads", kw["num_attention_heads"])
-        return place(
-            cls(EagleConfig(hidden, vocab, **kw), target.get_input_embeddings(), target.get_output_embeddings()), target
-        )
+        if draft_ids is not None:
+            kw["draft_vocab_size"] = len(draft_ids)
+        emb, head = target.get_input_embeddings(), target.get_output_embeddings()
+        return place(cls(EagleConfig(hidden, vocab, **kw), emb, head, draft_ids), target)
 
     def step(self, feats, next_ids, pos, past=None, mask=None):
         """Low-level: feats (B, Q, H), next_ids (B, Q) = token after each feature's position,
@@ -240,7 +274,18 @@ class EagleHead(nn.Module):
         return self.step(feats, next_ids, pos)[0]
 
     def logits(self, pred_feats: torch.Tensor) -> torch.Tensor:
-        return self._lm_head(pred_feats)
+        """Logits over the draft vocabulary (the target's whole vocabulary without one)."""
+        if self.draft_ids is None:
+            return self._lm_head(pred_feats)
+        w = self._lm_head.weight
+        key = (w.data_ptr(), w.dtype, w.device, self.draft_ids.data_ptr())
+        if self._rows is None or self._rows[1] != key:  # cut once: the frozen target's rows of the draft vocabulary
+            object.__setattr__(self, "_rows", (w.detach()[self.draft_ids].contiguous(), key))
+        return F.linear(pred_feats, self._rows[0].to(pred_feats.dtype))
+
+    def to_target(self, d: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary ids -> target ids."""
+        return d if self.draft_ids is None else self.draft_ids[d]
 
     def training_loss(self, feats: torch.Tensor, ids: torch.Tensor, w_ce: float = 0.1) -> torch.Tensor:
         pred = self(feats[:, :-1], ids[:, 1:])
