@@ -151,12 +151,8 @@ def medusa_walk(path: Path, prompts: list[list[int]], outs: list[list[int]], k: 
 def trained(head: Path, target: Path, prompts: list[list[int]], k: int, max_new: int) -> dict:
     """A head trained by zoo.eagle3_train (its speculators directory) on `target`, decoded by vLLM as
     speculative_config on that target: its outputs against transformers' greedy ones."""
-    from vllm import LLM
-
     try:
-        llm = LLM(model=str(target), dtype="float32", max_model_len=2048, enforce_eager=True, seed=0,
-                  disable_log_stats=False, speculative_config={"method": "eagle3", "model": str(head),
-                                                               "num_speculative_tokens": k})  # fmt: skip
+        llm = vc.make_llm({"method": "eagle3", "model": str(head), "num_speculative_tokens": k}, model=target)
     except Exception as e:
         return {"refused": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     res = vc.generate(llm, prompts, max_new)

@@ -208,6 +208,16 @@ def generate_stage(model, tok, out: Path, a, eos: set[int], keys: list[str], poo
     plan = chunks(pool, a.batch)
     (out / "chunks").mkdir(parents=True, exist_ok=True)
     ids_of = lambda i: PromptItem(pool[i]["source"], pool[i]["prompt_id"], messages=pool[i]["messages"]).token_ids(tok)
+    single = out / "single.json"
+    if not single.is_file():
+        log(f"generate: {SINGLE_PROMPTS} prompts one at a time (the throughput baseline)")
+        rows, t0 = [], time.perf_counter()
+        for i in plan[0][:SINGLE_PROMPTS]:
+            rows += G.generate(model, [ids_of(i)], a.max_new_tokens, eos, keys, tok.pad_token_id or 0, G.Sampling())
+        dt = time.perf_counter() - t0
+        n = sum(len(r.output) for r in rows)
+        write_text(single, json.dumps({"prompts": [pool[i]["ids_sha256"] for i in plan[0][:SINGLE_PROMPTS]],
+                                       "outputs": [r.output for r in rows], "tokens": n, "seconds": dt}))  # fmt: skip
     made, c = 0, 0
     for c, idx in enumerate(plan):  # what the earlier chunks hold
         meta = read_chunk_meta(chunk_path(out, c))
@@ -220,16 +230,6 @@ def generate_stage(model, tok, out: Path, a, eos: set[int], keys: list[str], poo
             return
     else:
         raise UsageError(f"the prompt pool ({len(pool)}) gives only {made} tokens; raise --magpie or lower --tokens")
-    single = out / "single.json"
-    if not single.is_file():
-        log(f"generate: {SINGLE_PROMPTS} prompts one at a time (the throughput baseline)")
-        rows, t0 = [], time.perf_counter()
-        for i in plan[0][:SINGLE_PROMPTS]:
-            rows += G.generate(model, [ids_of(i)], a.max_new_tokens, eos, keys, tok.pad_token_id or 0, G.Sampling())
-        dt = time.perf_counter() - t0
-        n = sum(len(r.output) for r in rows)
-        write_text(single, json.dumps({"prompts": [pool[i]["ids_sha256"] for i in plan[0][:SINGLE_PROMPTS]],
-                                       "outputs": [r.output for r in rows], "tokens": n, "seconds": dt}))  # fmt: skip
     pb = bar(a.tokens, min(made, a.tokens), "tok")
     start = c
     for c in range(start, len(plan)):
