@@ -3,13 +3,14 @@ layout that harness.models.dflash reads (config.json with dflash_config: block_s
 target_layer_ids; model.safetensors without the target's embedding and lm_head).
 
     python -m zoo.dflash_train --data DIR --out DIR [--target NAME] [--models DIR] [--layers 2]
-        [--blocks 5,9,17] [--anchors 16] [--steps N] [--batch 4] [--max-len 512] [--lr 5e-4] [--seed 0]
+        [--blocks 5,9,17] [--anchors 16] [--steps N] [--batch 4] [--max-len 512] [--lr 1e-3] [--seed 0]
+        [--target-layers 1,14,26,29]
         [--threads N] [--heldout-prompts 8] [--stage all|train|eval]
 
 The model (harness.models.dflash.DFlash; our reading of DFlash, arXiv 2602.06036, and of its SGLang and vLLM
-integrations): `--layers` non-causal Qwen3 layers; the target's states at layers 1, L//2-1 and L-4 (the outputs
-of those layers: hidden_states 2, L//2, L-3, the states EAGLE-3 reads) are fused by fc and normed into a
-context whose keys and values every draft layer makes with its own projections. A block is the last token
+integrations): `--layers` non-causal Qwen3 layers; the target's states at layers 1, L//2-1, L-4 and L-1 (the
+outputs of those layers: hidden_states 2, L//2, L-3, the states EAGLE-3 reads, and L, the final state) are fused
+by fc and normed into a context whose keys and values every draft layer makes with its own projections. A block is the last token
 and block-1 mask tokens (embedded by the target's embedding); it attends to the whole context before it and to
 itself, non-causally; the target's lm_head reads all block-1 drafts in one pass.
 
@@ -56,12 +57,13 @@ def parser():
     ap.add_argument("--target", default="smollm2-135m-instruct")
     ap.add_argument("--models", help="models root (else $SPECBANDIT_MODELS)")
     ap.add_argument("--layers", type=int, default=2, help="draft layers")
+    ap.add_argument("--target-layers", help="target layer ids read, comma-separated (default 1, L//2-1, L-4, L-1)")
     ap.add_argument("--blocks", default="5,9,17", help="block sizes drawn per step (k + 1 for k = 4, 8, 16)")
     ap.add_argument("--anchors", type=int, default=16, help="blocks per sequence per step")
     ap.add_argument("--steps", type=int, default=0, help="optimiser steps (0: one pass over the data)")
     ap.add_argument("--batch", type=int, default=4, help="sequences per step")
     ap.add_argument("--max-len", type=int, default=512, help="positions per sequence (its last ones)")
-    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, help="CPU threads (default: every core)")
     ap.add_argument("--heldout-prompts", type=int, default=DT.HELDOUT_PROMPTS)
@@ -106,11 +108,21 @@ def mask_token(tok, counts: np.ndarray) -> int:
     return int(never[0])
 
 
+def target_layer_ids(a, L: int) -> list[int]:
+    """--target-layers, else layers 1, L//2-1, L-4 (the states EAGLE-3 reads) and L-1 (the final state)."""
+    if getattr(a, "target_layers", None):
+        try:
+            return [int(x) for x in a.target_layers.split(",")]
+        except ValueError:
+            raise UsageError(f"--target-layers {a.target_layers}: expected comma-separated integers") from None
+    return [1, L // 2 - 1, L - 4, L - 1]
+
+
 def build(a, target, out: Path, block_max: int, mask_id: int):
     import torch
 
     L = int(target.config.num_hidden_layers)
-    ids = [1, L // 2 - 1, L - 4]
+    ids = target_layer_ids(a, L)
     dflash.write_random(out, target, ids, block_size=block_max, num_layers=a.layers, mask_token_id=mask_id, seed=a.seed)
     m = dflash.load(out, target, "--out")
     torch.manual_seed(a.seed)
@@ -171,7 +183,8 @@ def main(argv=None) -> int:
             parts = {k: v / max(1, used) for k, v in parts.items()}
             return tot / max(1, used), {**parts, "block": float(m.block_size)}
 
-        meta = {"data_sha256": data.sha256(), "layers": a.layers, "blocks": ",".join(map(str, blocks_)), "anchors": a.anchors,
+        meta = {"data_sha256": data.sha256(), "layers": a.layers,
+                "target_layers": ",".join(map(str, target_layer_ids(a, int(target.config.num_hidden_layers)))), "blocks": ",".join(map(str, blocks_)), "anchors": a.anchors,
                 "steps": steps, "batch": a.batch, "max_len": a.max_len, "lr": a.lr, "seed": a.seed}  # fmt: skip
         ckpt = out.parent / f"{out.name}.checkpoint.safetensors"  # beside: the harness reads every file inside
         res = {"steps": steps, "wall_s": 0.0, "resumed_at": steps}
@@ -191,7 +204,7 @@ def main(argv=None) -> int:
         info = {"kind": "dflash", "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
                 "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": n,
                          "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"]},
-                "target_layer_ids": [1, int(target.config.num_hidden_layers) // 2 - 1, int(target.config.num_hidden_layers) - 4],
+                "target_layer_ids": target_layer_ids(a, int(target.config.num_hidden_layers)),
                 "mask_token_id": mask_id, **meta, "train_wall_s": res["wall_s"], "resumed_at": res["resumed_at"],
                 "last_step": res.get("last"), "threads": torch.get_num_threads(), "heldout_prompts": a.heldout_prompts,
                 "heldout_acceptance": {f"k = {b - 1} (block {b})": acc[f"k{b - 1}"] for b in blocks_},
