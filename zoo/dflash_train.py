@@ -26,14 +26,13 @@ tokens for the cost of 5 positions); config.json's block_size is the largest.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from bandit.logs import limits
-from bandit.logs.errors import HANDLED, UsageError, exit_code, message
+from bandit.logs.errors import UsageError
 from harness.models import dflash, lm
 
 from . import distill_train as DT
@@ -141,84 +140,75 @@ def save(m, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    try:
-        a = parser().parse_args(argv)
-        import torch
+    return DT.cli("zoo.dflash_train", parser, run, argv)
 
-        from harness.models import kernels
 
-        limits.threads("--threads", a.threads)
-        torch.set_num_threads(a.threads or os.cpu_count() or 1)
-        out = limits.out_dir("--out", a.out)
-        blocks_ = sorted({int(b) for b in a.blocks.split(",") if b.strip()})
-        if not blocks_ or blocks_[0] < 2:
-            raise UsageError(f"--blocks {a.blocks}: block sizes of at least 2")
-        path = lm.resolve_model_dir(a.target, a.models, "--target")
-        target, tok = lm.load_lm(path), lm.load_tokenizer(path)
-        for p in target.parameters():
-            p.requires_grad_(False)
-        data = DT.Distilled(Path(a.data))
-        V = int(target.get_output_embeddings().weight.shape[0])
-        counts = data.token_counts(V)
-        mask_id = mask_token(tok, counts)
-        out.mkdir(parents=True, exist_ok=True)
-        m = build(a, target, out, blocks_[-1], mask_id)
-        if set(m.keys) - set(data.keys):
-            raise UsageError(
-                f"--data {a.data}: holds the states {data.keys}, not {sorted(set(m.keys) - set(data.keys))}"
-            )
-        n = len(data)
-        steps = a.steps or -(-n // a.batch)
+def run(a, argv) -> int:
+    import torch
 
-        def loss_at(step):
-            m.block_size = blocks_[np.random.default_rng([a.seed, step, 7]).integers(len(blocks_))]
-            tot, parts, used = 0.0, {}, 0
-            for i in DT.batch_order(n, a.seed, step, a.batch):
-                ids, npr, f = data.sequence(i, m.keys, a.max_len)
-                l_, p_ = block_loss(m, torch.from_numpy(f.reshape(len(ids), -1)), torch.from_numpy(ids), npr,
-                                    a.anchors, np.random.default_rng([a.seed, step, i]))  # fmt: skip
-                if l_ is not None:
-                    tot, used = tot + l_, used + 1
-                    parts["acc1"] = parts.get("acc1", 0.0) + p_["acc1"]
-            parts = {k: v / max(1, used) for k, v in parts.items()}
-            return tot / max(1, used), {**parts, "block": float(m.block_size)}
+    from harness.models import kernels
 
-        meta = {"data_sha256": data.sha256(), "layers": a.layers,
-                "target_layers": ",".join(map(str, target_layer_ids(a, int(target.config.num_hidden_layers)))), "blocks": ",".join(map(str, blocks_)), "anchors": a.anchors,
-                "steps": steps, "batch": a.batch, "max_len": a.max_len, "lr": a.lr, "seed": a.seed}  # fmt: skip
-        ckpt = out.parent / f"{out.name}.checkpoint.safetensors"  # beside: the harness reads every file inside
-        res = {"steps": steps, "wall_s": 0.0, "resumed_at": steps}
-        if a.stage in ("all", "train"):
-            res = DT.fit(m, loss_at, steps, a.lr, ckpt, meta, "dflash")
-        else:
-            DT.load_checkpoint(ckpt, m, torch.optim.AdamW(m.parameters()), meta)
-        m.block_size = blocks_[-1]
-        save(m, out)
-        if a.stage == "train":
-            return 0
-        kernels.apply_kernels(target, "mkldnn")
-        acc = {}
-        for b in blocks_:
-            spec = f"k{b - 1}=dflash:block={b},path={out}"
-            acc.update(DT.heldout([spec], target, tok, path, out.parent / "heldout-greedy", b - 1, a.heldout_prompts))
-        info = {"kind": "dflash", "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
-                "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": n,
-                         "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"]},
-                "target_layer_ids": target_layer_ids(a, int(target.config.num_hidden_layers)),
-                "mask_token_id": mask_id, **meta, "train_wall_s": res["wall_s"], "resumed_at": res["resumed_at"],
-                "last_step": res.get("last"), "threads": torch.get_num_threads(), "heldout_prompts": a.heldout_prompts,
-                "heldout_acceptance": {f"k = {b - 1} (block {b})": acc[f"k{b - 1}"] for b in blocks_},
-                "sha256": {"weights": lm.weights_sha256(out)},
-                "path": DT.portable(out, a.models),
-                "command": DT.command("zoo.dflash_train", list(sys.argv[1:] if argv is None else argv), a.models)}  # fmt: skip
-        about = ("DFlash block drafter: non-causal Qwen3 layers over [last token, mask tokens] with context keys and "
-                 "values from the target's states at three layers (zoo/dflash_train.py); z-lab's layout.")  # fmt: skip
-        DT.write_card(out, info, f"DFlash drafter for {info['target']['path']}", about, PUBLISHED)
-        DT.log("dflash: " + "; ".join(f"k={b - 1}: {acc[f'k{b - 1}']['mean']}" for b in blocks_))
+    out, path, target, tok, data = DT.setup(a)
+
+    blocks_ = sorted({int(b) for b in a.blocks.split(",") if b.strip()})
+    if not blocks_ or blocks_[0] < 2:
+        raise UsageError(f"--blocks {a.blocks}: block sizes of at least 2")
+    V = int(target.get_output_embeddings().weight.shape[0])
+    counts = data.token_counts(V)
+    mask_id = mask_token(tok, counts)
+    out.mkdir(parents=True, exist_ok=True)
+    m = build(a, target, out, blocks_[-1], mask_id)
+    if set(m.keys) - set(data.keys):
+        raise UsageError(f"--data {a.data}: holds the states {data.keys}, not {sorted(set(m.keys) - set(data.keys))}")
+    n = len(data)
+    steps = a.steps or -(-n // a.batch)
+
+    def loss_at(step):
+        m.block_size = blocks_[np.random.default_rng([a.seed, step, 7]).integers(len(blocks_))]
+        tot, parts, used = 0.0, {}, 0
+        for i in DT.batch_order(n, a.seed, step, a.batch):
+            ids, npr, f = data.sequence(i, m.keys, a.max_len)
+            l_, p_ = block_loss(m, torch.from_numpy(f.reshape(len(ids), -1)), torch.from_numpy(ids), npr,
+                                a.anchors, np.random.default_rng([a.seed, step, i]))  # fmt: skip
+            if l_ is not None:
+                tot, used = tot + l_, used + 1
+                parts["acc1"] = parts.get("acc1", 0.0) + p_["acc1"]
+        parts = {k: v / max(1, used) for k, v in parts.items()}
+        return tot / max(1, used), {**parts, "block": float(m.block_size)}
+
+    meta = {"data_sha256": data.sha256(), "layers": a.layers,
+            "target_layers": ",".join(map(str, target_layer_ids(a, int(target.config.num_hidden_layers)))), "blocks": ",".join(map(str, blocks_)), "anchors": a.anchors,
+            "steps": steps, "batch": a.batch, "max_len": a.max_len, "lr": a.lr, "seed": a.seed}  # fmt: skip
+    ckpt = out.parent / f"{out.name}.checkpoint.safetensors"  # beside: the harness reads every file inside
+    res = {"steps": steps, "wall_s": 0.0, "resumed_at": steps}
+    if a.stage in ("all", "train"):
+        res = DT.fit(m, loss_at, steps, a.lr, ckpt, meta, "dflash")
+    else:
+        DT.load_checkpoint(ckpt, m, torch.optim.AdamW(m.parameters()), meta)
+    m.block_size = blocks_[-1]
+    save(m, out)
+    if a.stage == "train":
         return 0
-    except HANDLED as e:
-        print(f"zoo.dflash_train: {message(e)}", file=sys.stderr)
-        return exit_code(e)
+    kernels.apply_kernels(target, "mkldnn")
+    acc = {}
+    for b in blocks_:
+        spec = f"k{b - 1}=dflash:block={b},path={out}"
+        acc.update(DT.heldout([spec], target, tok, path, out.parent / "heldout-greedy", b - 1, a.heldout_prompts))
+    info = {"kind": "dflash", "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
+            "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": n,
+                     "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"]},
+            "target_layer_ids": target_layer_ids(a, int(target.config.num_hidden_layers)),
+            "mask_token_id": mask_id, **meta, "train_wall_s": res["wall_s"], "resumed_at": res["resumed_at"],
+            "last_step": res.get("last"), "threads": torch.get_num_threads(), "heldout_prompts": a.heldout_prompts,
+            "heldout_acceptance": {f"k = {b - 1} (block {b})": acc[f"k{b - 1}"] for b in blocks_},
+            "sha256": {"weights": lm.weights_sha256(out)},
+            "path": DT.portable(out, a.models),
+            "command": DT.command("zoo.dflash_train", list(sys.argv[1:] if argv is None else argv), a.models)}  # fmt: skip
+    about = ("DFlash block drafter: non-causal Qwen3 layers over [last token, mask tokens] with context keys and "
+             "values from the target's states at three layers (zoo/dflash_train.py); z-lab's layout.")  # fmt: skip
+    DT.write_card(out, info, f"DFlash drafter for {info['target']['path']}", about, PUBLISHED)
+    DT.log("dflash: " + "; ".join(f"k={b - 1}: {acc[f'k{b - 1}']['mean']}" for b in blocks_))
+    return 0
 
 
 if __name__ == "__main__":

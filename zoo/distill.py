@@ -35,6 +35,7 @@ from bandit.logs import limits
 from bandit.logs.errors import HANDLED, UsageError, exit_code, message
 from bandit.logs.safeio import write_file, write_text
 from harness.models import lm
+from harness.models.gguf import file_sha256
 from workloads import PromptItem
 
 from . import distill_prompts as DP
@@ -266,14 +267,6 @@ def generate_stage(model, tok, out: Path, a, eos: set[int], keys: list[str], poo
 # ------------------------------------------------------------------------------------------ pack and card
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def pack(out: Path, a, target: Path, target_sha: str) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -301,7 +294,7 @@ def pack(out: Path, a, target: Path, target_sha: str) -> dict:
                          ("n_output", hi - lo - npr), ("finished", bool(t["finished"][r])),
                          ("ids", t["ids"][lo:hi].tolist())):  # fmt: skip
                 cols[k].append(v)
-        files[str(p.relative_to(out))] = sha256_file(p)
+        files[str(p.relative_to(out))] = file_sha256(p)
         c += 1
     if not c:
         raise UsageError(f"{out}/chunks: no chunks; run --stage generate first")
@@ -309,8 +302,8 @@ def pack(out: Path, a, target: Path, target_sha: str) -> dict:
         {**{k: v for k, v in cols.items() if k != "ids"}, "ids": pa.array(cols["ids"], pa.list_(pa.int32()))}
     )
     pq.write_table(table, out / "tokens.parquet", compression="zstd")
-    files["tokens.parquet"] = sha256_file(out / "tokens.parquet")
-    files["prompts.jsonl"] = sha256_file(out / "prompts.jsonl")
+    files["tokens.parquet"] = file_sha256(out / "tokens.parquet")
+    files["prompts.jsonl"] = file_sha256(out / "prompts.jsonl")
     single = json.loads((out / "single.json").read_text())
     first = {h: i for i, h in enumerate(cols["ids_sha256"])}
     agree = [

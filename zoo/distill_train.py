@@ -53,6 +53,37 @@ def command(module: str, argv: list[str], models: str | None) -> str:
     return portable_text(f"python -m {module} " + shlex.join(out), lm.models_root(models))
 
 
+def setup(a):
+    """What every trainer starts with: --threads applied, --out checked, the target (frozen) and its tokenizer
+    loaded, the data opened. Returns (out, target path, target, tokenizer, data)."""
+    import os
+
+    import torch
+
+    from bandit.logs import limits
+    from harness.models import lm
+
+    limits.threads("--threads", a.threads)
+    torch.set_num_threads(a.threads or os.cpu_count() or 1)
+    out = limits.out_dir("--out", a.out)
+    path = lm.resolve_model_dir(a.target, a.models, "--target")
+    target, tok = lm.load_lm(path), lm.load_tokenizer(path)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    return out, path, target, tok, Distilled(Path(a.data))
+
+
+def cli(prog: str, parser, body, argv) -> int:
+    """Parse, run body(args, argv), and turn a problem in the input into one line and its exit code."""
+    from bandit.logs.errors import HANDLED, exit_code, message
+
+    try:
+        return body(parser().parse_args(argv), argv)
+    except HANDLED as e:
+        print(f"{prog}: {message(e)}", file=sys.stderr)
+        return exit_code(e)
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 

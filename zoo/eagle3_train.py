@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from bandit.logs import limits
-from bandit.logs.errors import HANDLED, UsageError, exit_code, message
+from bandit.logs.errors import UsageError
 from harness.models import eagle3, lm
 
 from . import distill_train as DT
@@ -212,102 +211,93 @@ def draft_ms(path: Path, target, k: int, reps: int = 20) -> float:
 
 
 def main(argv=None) -> int:
-    try:
-        a = parser().parse_args(argv)
-        import torch
+    return DT.cli("zoo.eagle3_train", parser, run, argv)
 
-        from harness.models import kernels
 
-        limits.threads("--threads", a.threads)
-        torch.set_num_threads(a.threads or os.cpu_count() or 1)
-        out = limits.out_dir("--out", a.out)
-        path = lm.resolve_model_dir(a.target, a.models, "--target")
-        target, tok = lm.load_lm(path), lm.load_tokenizer(path)
-        for p in target.parameters():
-            p.requires_grad_(False)
-        data = DT.Distilled(Path(a.data))
-        V = int(target.get_output_embeddings().weight.shape[0])
-        sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
-        if any(s and s > (a.vocab or V) for s in sizes):
-            raise UsageError(f"--sizes {a.sizes}: every size must be at most --vocab {a.vocab} (0: full)")
-        counts = data.token_counts(V)
-        out.mkdir(parents=True, exist_ok=True)
-        m, keep, cover = build(a, target, tok, counts, out)
-        if set(m.keys) - set(data.keys):
-            raise UsageError(f"--data {a.data}: holds the states {data.keys}, not {sorted(set(m.keys) - set(data.keys))}"
-                             " (zoo.distill --layers)")  # fmt: skip
-        n = len(data)
-        steps = a.steps or -(-n // a.batch)
-        keys = m.keys
-        in_vocab = torch.zeros(V, dtype=torch.bool)
-        in_vocab[torch.as_tensor(keep)] = True
-        t2d_index = torch.full((V,), -1, dtype=torch.long)
-        t2d_index[torch.as_tensor(keep)] = torch.arange(len(keep))
-        torch.manual_seed(a.seed)
+def run(a, argv) -> int:
+    import torch
 
-        def loss_at(step):
-            tot, acc = 0.0, {}
-            for i in DT.batch_order(n, a.seed, step, a.batch):
-                ids, npr, f = data.sequence(i, keys, a.max_len)
-                l_, parts = ttt_loss(m, torch.from_numpy(f.reshape(len(ids), -1)), torch.from_numpy(ids), npr,
-                                     in_vocab, t2d_index, a.ttt)  # fmt: skip
-                tot = tot + l_ / a.batch
-                for k_, v in parts.items():
-                    acc[k_] = acc.get(k_, 0.0) + v / a.batch
-            return tot, acc
+    from harness.models import kernels
 
-        meta = {"data_sha256": data.sha256(), "vocab": a.vocab, "steps": steps, "batch": a.batch, "ttt": a.ttt,
-                "max_len": a.max_len, "lr": a.lr, "seed": a.seed}  # fmt: skip
-        ckpt = out.parent / f"{out.name}.checkpoint.safetensors"  # beside: the harness reads every file inside
-        res = {"steps": steps, "wall_s": 0.0, "resumed_at": steps}
-        if a.stage in ("all", "train"):
-            res = DT.fit(m, loss_at, steps, a.lr, ckpt, meta, "eagle3")
-        else:
-            DT.load_checkpoint(ckpt, m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad]), meta)
-        save(m, out, keep, V)
-        if a.stage == "train":
-            return 0
-        kernels.apply_kernels(target, "mkldnn")
-        variants = {}
-        for s in sizes:
-            d = out.parent / f"{out.name}-vocab" / str(s or V)
-            variants[s or V] = (d, variant(m, target, d, out, keep, counts, s))
-        specs = [f"v{s}=eagle3:path={d}" for s, (d, _) in variants.items()]
-        acc = DT.heldout(specs, target, tok, path, out.parent / "heldout-greedy", a.k, a.heldout_prompts)
-        t_verify = verify_ms(target, a.k + 1)
-        rows = {}
-        for s_, (d, cov) in variants.items():
-            r = acc[f"v{s_}"]
-            step_ms = draft_ms(d, target, a.k)
-            rows[s_] = {"coverage": round(cov, 4), "draft_step_ms": round(step_ms, 3), "acceptance": r["mean"],
-                        "per_workload": r["per_workload"],
-                        "tokens_per_ms": round((1 + r["mean"]) / (t_verify + a.k * step_ms), 5)}  # fmt: skip
-        best = max(rows, key=lambda s_: rows[s_]["tokens_per_ms"])
-        for f in ("config.json", "model.safetensors"):
-            shutil.copyfile(variants[best][0] / f, out / f)
-        info = {"kind": "eagle3", "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
-                "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": n,
-                         "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"]},
-                "trained_vocab": len(keep), "trained_vocab_coverage": round(cover, 4), "layer_ids": m.layer_ids,
-                **meta, "train_wall_s": res["wall_s"], "resumed_at": res["resumed_at"], "last_step": res.get("last"),
-                "threads": torch.get_num_threads(), "verify_ms": {str(a.k + 1): round(t_verify, 3)},
-                "vocab_sizes": {str(s_): r for s_, r in rows.items()}, "chosen_vocab": best,
-                "heldout_prompts": a.heldout_prompts, "heldout_acceptance": {f"draft vocabulary {s_}": acc[f"v{s_}"] for s_ in rows},
-                "path": DT.portable(out, a.models),
-                "command": DT.command("zoo.eagle3_train", list(sys.argv[1:] if argv is None else argv), a.models)}  # fmt: skip
-        info["sha256"] = {"weights": lm.weights_sha256(out)}
-        DT.write_card(
-            out, info, f"EAGLE-3 head for {info['target']['path']} (draft vocabulary {best})", ABOUT, PUBLISHED
-        )
-        for s_, (d, _) in variants.items():
-            DT.write_card(d, {**info, "chosen_vocab": s_, "path": DT.portable(d, a.models), "sha256": {"weights": lm.weights_sha256(d)}},
-                          f"EAGLE-3 head, draft vocabulary {s_}", ABOUT, PUBLISHED)  # fmt: skip
-        DT.log(f"eagle3: vocab {best} chosen; " + "; ".join(f"{s_}: acc {r['acceptance']} cover {r['coverage']} "
-               f"step {r['draft_step_ms']} ms" for s_, r in rows.items()))  # fmt: skip
+    out, path, target, tok, data = DT.setup(a)
+
+    V = int(target.get_output_embeddings().weight.shape[0])
+    sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
+    if any(s and s > (a.vocab or V) for s in sizes):
+        raise UsageError(f"--sizes {a.sizes}: every size must be at most --vocab {a.vocab} (0: full)")
+    counts = data.token_counts(V)
+    out.mkdir(parents=True, exist_ok=True)
+    m, keep, cover = build(a, target, tok, counts, out)
+    if set(m.keys) - set(data.keys):
+        raise UsageError(f"--data {a.data}: holds the states {data.keys}, not {sorted(set(m.keys) - set(data.keys))}"
+                         " (zoo.distill --layers)")  # fmt: skip
+    n = len(data)
+    steps = a.steps or -(-n // a.batch)
+    keys = m.keys
+    in_vocab = torch.zeros(V, dtype=torch.bool)
+    in_vocab[torch.as_tensor(keep)] = True
+    t2d_index = torch.full((V,), -1, dtype=torch.long)
+    t2d_index[torch.as_tensor(keep)] = torch.arange(len(keep))
+    torch.manual_seed(a.seed)
+
+    def loss_at(step):
+        tot, acc = 0.0, {}
+        for i in DT.batch_order(n, a.seed, step, a.batch):
+            ids, npr, f = data.sequence(i, keys, a.max_len)
+            l_, parts = ttt_loss(m, torch.from_numpy(f.reshape(len(ids), -1)), torch.from_numpy(ids), npr,
+                                 in_vocab, t2d_index, a.ttt)  # fmt: skip
+            tot = tot + l_ / a.batch
+            for k_, v in parts.items():
+                acc[k_] = acc.get(k_, 0.0) + v / a.batch
+        return tot, acc
+
+    meta = {"data_sha256": data.sha256(), "vocab": a.vocab, "steps": steps, "batch": a.batch, "ttt": a.ttt,
+            "max_len": a.max_len, "lr": a.lr, "seed": a.seed}  # fmt: skip
+    ckpt = out.parent / f"{out.name}.checkpoint.safetensors"  # beside: the harness reads every file inside
+    res = {"steps": steps, "wall_s": 0.0, "resumed_at": steps}
+    if a.stage in ("all", "train"):
+        res = DT.fit(m, loss_at, steps, a.lr, ckpt, meta, "eagle3")
+    else:
+        DT.load_checkpoint(ckpt, m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad]), meta)
+    save(m, out, keep, V)
+    if a.stage == "train":
         return 0
-    except HANDLED as e:
-        print(f"zoo.eagle3_train: {message(e)}", file=sys.stderr)
-        return exit_code(e)
+    kernels.apply_kernels(target, "mkldnn")
+    variants = {}
+    for s in sizes:
+        d = out.parent / f"{out.name}-vocab" / str(s or V)
+        variants[s or V] = (d, variant(m, target, d, out, keep, counts, s))
+    specs = [f"v{s}=eagle3:path={d}" for s, (d, _) in variants.items()]
+    acc = DT.heldout(specs, target, tok, path, out.parent / "heldout-greedy", a.k, a.heldout_prompts)
+    t_verify = verify_ms(target, a.k + 1)
+    rows = {}
+    for s_, (d, cov) in variants.items():
+        r = acc[f"v{s_}"]
+        step_ms = draft_ms(d, target, a.k)
+        rows[s_] = {"coverage": round(cov, 4), "draft_step_ms": round(step_ms, 3), "acceptance": r["mean"],
+                    "per_workload": r["per_workload"],
+                    "tokens_per_ms": round((1 + r["mean"]) / (t_verify + a.k * step_ms), 5)}  # fmt: skip
+    best = max(rows, key=lambda s_: rows[s_]["tokens_per_ms"])
+    for f in ("config.json", "model.safetensors"):
+        shutil.copyfile(variants[best][0] / f, out / f)
+    info = {"kind": "eagle3", "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
+            "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": n,
+                     "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"]},
+            "trained_vocab": len(keep), "trained_vocab_coverage": round(cover, 4), "layer_ids": m.layer_ids,
+            **meta, "train_wall_s": res["wall_s"], "resumed_at": res["resumed_at"], "last_step": res.get("last"),
+            "threads": torch.get_num_threads(), "verify_ms": {str(a.k + 1): round(t_verify, 3)},
+            "vocab_sizes": {str(s_): r for s_, r in rows.items()}, "chosen_vocab": best,
+            "heldout_prompts": a.heldout_prompts, "heldout_acceptance": {f"draft vocabulary {s_}": acc[f"v{s_}"] for s_ in rows},
+            "path": DT.portable(out, a.models),
+            "command": DT.command("zoo.eagle3_train", list(sys.argv[1:] if argv is None else argv), a.models)}  # fmt: skip
+    info["sha256"] = {"weights": lm.weights_sha256(out)}
+    DT.write_card(out, info, f"EAGLE-3 head for {info['target']['path']} (draft vocabulary {best})", ABOUT, PUBLISHED)
+    for s_, (d, _) in variants.items():
+        DT.write_card(d, {**info, "chosen_vocab": s_, "path": DT.portable(d, a.models), "sha256": {"weights": lm.weights_sha256(d)}},
+                      f"EAGLE-3 head, draft vocabulary {s_}", ABOUT, PUBLISHED)  # fmt: skip
+    DT.log(f"eagle3: vocab {best} chosen; " + "; ".join(f"{s_}: acc {r['acceptance']} cover {r['coverage']} "
+           f"step {r['draft_step_ms']} ms" for s_, r in rows.items()))  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":

@@ -18,14 +18,13 @@ prompts (zoo.distill_train.heldout) goes into each head's card.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from bandit.logs import limits
-from bandit.logs.errors import HANDLED, UsageError, exit_code, message
+from bandit.logs.errors import UsageError
 from harness.models import lm
 
 from . import distill_train as DT
@@ -87,91 +86,82 @@ def stream(data: DT.Distilled, t2d: np.ndarray | None, max_len: int = 1 << 30) -
 
 
 def main(argv=None) -> int:
-    try:
-        a = parser().parse_args(argv)
-        import torch
+    return DT.cli("zoo.heads_distill", parser, run, argv)
 
-        from harness.models import kernels
-        from harness.models.heads import EagleHead, MedusaHeads
 
-        limits.threads("--threads", a.threads)
-        torch.set_num_threads(a.threads or os.cpu_count() or 1)
-        names = [n for n in a.heads.split(",") if n]
-        if not names or set(names) - {"medusa", "eagle"}:
-            raise UsageError(f"--heads {a.heads}: medusa and/or eagle")
-        out = limits.out_dir("--out", a.out)
-        path = lm.resolve_model_dir(a.target, a.models, "--target")
-        target, tok = lm.load_lm(path), lm.load_tokenizer(path)
-        for p in target.parameters():
-            p.requires_grad_(False)
-        data = DT.Distilled(Path(a.data))
-        if "last" not in data.keys:
-            raise UsageError(f"--data {a.data}: holds {data.keys}, not the final state 'last'")
-        V = int(target.get_output_embeddings().weight.shape[0])
-        counts = data.token_counts(V)
-        keep, cover = DT.draft_vocab(counts, a.vocab) if a.vocab and a.vocab < V else (None, 1.0)
-        t2d = None
-        if keep is not None:
-            t2d = np.full(V, -100, np.int64)
-            t2d[keep] = np.arange(len(keep))
-        st = stream(data, t2d)
-        out.mkdir(parents=True, exist_ok=True)
-        facts = {}
-        for n in names:
-            torch.manual_seed(a.seed + SEED_OFFSET[n])
-            ids = None if keep is None else torch.as_tensor(keep)
-            m = (MedusaHeads.from_target(target, ids) if n == "medusa"
-                 else EagleHead.from_target(target, ids, **eagle_config(target)))  # fmt: skip
+def run(a, argv) -> int:
+    import torch
 
-            def loss_at(step, m=m, n=n):
-                starts, w = window_batch(st, a.batch, a.window, a.seed, step)
-                idx = torch.as_tensor(starts)[:, None] + torch.arange(w)[None]
-                f, x, lab, sg, ps, ls = (getattr(st, k)[idx] for k in ("feats", "ids", "labels", "seg", "pos", "loss"))
-                f = f.float()
-                loss = (
-                    medusa_masked_loss(m, f, lab, sg, ls)
-                    if n == "medusa"
-                    else eagle_masked_loss(m, f, x, lab, sg, ps, ls)
-                )
-                return loss, {"loss": float(loss)}
+    from harness.models import kernels
 
-            meta = {"data_sha256": data.sha256(), "head": n, "vocab": a.vocab, "steps": a.steps, "batch": a.batch,
-                    "window": a.window, "seed": a.seed}  # fmt: skip
-            ckpt = out / f"{n}.checkpoint.safetensors"
-            if a.stage in ("all", "train"):
-                facts[n] = DT.fit(m, loss_at, a.steps, LR[n], ckpt, meta, n)
-            else:
-                facts[n] = {
-                    "wall_s": 0.0,
-                    "resumed_at": DT.load_checkpoint(ckpt, m, torch.optim.AdamW(m.parameters()), meta),
-                }
-            m.to(torch.float16).save(out / n)
-            facts[n]["params"] = sum(p.numel() for p in m.parameters() if p.requires_grad)
-        if a.stage == "train":
-            return 0
-        kernels.apply_kernels(target, "mkldnn")
-        specs = [f"{n}={n}:path={out / n}" for n in names]
-        acc = DT.heldout(specs, target, tok, path, out / "heldout-greedy", 4, a.heldout_prompts)
-        for n in names:
-            d = out / n
-            info = {"kind": n, "path": DT.portable(d, a.models),
-                    "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
-                    "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": len(data),
-                             "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"],
-                             "loss_positions": int(st.loss.sum())},
-                    "draft_vocab": len(keep) if keep is not None else V, "draft_vocab_coverage": round(cover, 4),
-                    "steps": a.steps, "batch": a.batch, "window": a.window, "lr": LR[n], "seed": a.seed,
-                    "train_wall_s": facts[n]["wall_s"], "resumed_at": facts[n]["resumed_at"],
-                    "params": facts[n]["params"], "threads": torch.get_num_threads(), "heldout_prompts": a.heldout_prompts,
-                    "heldout_acceptance": {"k = 4": acc[n]}, "sha256": {"weights": lm.weights_sha256(d)},
-                    "command": DT.command("zoo.heads_distill", list(sys.argv[1:] if argv is None else argv), a.models)}  # fmt: skip
-            DT.write_card(d, info, f"{n} heads for {info['target']['path']} (draft vocabulary {info['draft_vocab']})",
-                          ABOUT[n], PUBLISHED)  # fmt: skip
-            DT.log(f"{n}: held-out mean accepted length at k=4 {acc[n]['mean']} {acc[n]['per_workload']}")
+    out, path, target, tok, data = DT.setup(a)
+    from harness.models.heads import EagleHead, MedusaHeads
+
+    names = [n for n in a.heads.split(",") if n]
+    if not names or set(names) - {"medusa", "eagle"}:
+        raise UsageError(f"--heads {a.heads}: medusa and/or eagle")
+    if "last" not in data.keys:
+        raise UsageError(f"--data {a.data}: holds {data.keys}, not the final state 'last'")
+    V = int(target.get_output_embeddings().weight.shape[0])
+    counts = data.token_counts(V)
+    keep, cover = DT.draft_vocab(counts, a.vocab) if a.vocab and a.vocab < V else (None, 1.0)
+    t2d = None
+    if keep is not None:
+        t2d = np.full(V, -100, np.int64)
+        t2d[keep] = np.arange(len(keep))
+    st = stream(data, t2d)
+    out.mkdir(parents=True, exist_ok=True)
+    facts = {}
+    for n in names:
+        torch.manual_seed(a.seed + SEED_OFFSET[n])
+        ids = None if keep is None else torch.as_tensor(keep)
+        m = (MedusaHeads.from_target(target, ids) if n == "medusa"
+             else EagleHead.from_target(target, ids, **eagle_config(target)))  # fmt: skip
+
+        def loss_at(step, m=m, n=n):
+            starts, w = window_batch(st, a.batch, a.window, a.seed, step)
+            idx = torch.as_tensor(starts)[:, None] + torch.arange(w)[None]
+            f, x, lab, sg, ps, ls = (getattr(st, k)[idx] for k in ("feats", "ids", "labels", "seg", "pos", "loss"))
+            f = f.float()
+            loss = (
+                medusa_masked_loss(m, f, lab, sg, ls) if n == "medusa" else eagle_masked_loss(m, f, x, lab, sg, ps, ls)
+            )
+            return loss, {"loss": float(loss)}
+
+        meta = {"data_sha256": data.sha256(), "head": n, "vocab": a.vocab, "steps": a.steps, "batch": a.batch,
+                "window": a.window, "seed": a.seed}  # fmt: skip
+        ckpt = out / f"{n}.checkpoint.safetensors"
+        if a.stage in ("all", "train"):
+            facts[n] = DT.fit(m, loss_at, a.steps, LR[n], ckpt, meta, n)
+        else:
+            facts[n] = {
+                "wall_s": 0.0,
+                "resumed_at": DT.load_checkpoint(ckpt, m, torch.optim.AdamW(m.parameters()), meta),
+            }
+        m.to(torch.float16).save(out / n)
+        facts[n]["params"] = sum(p.numel() for p in m.parameters() if p.requires_grad)
+    if a.stage == "train":
         return 0
-    except HANDLED as e:
-        print(f"zoo.heads_distill: {message(e)}", file=sys.stderr)
-        return exit_code(e)
+    kernels.apply_kernels(target, "mkldnn")
+    specs = [f"{n}={n}:path={out / n}" for n in names]
+    acc = DT.heldout(specs, target, tok, path, out / "heldout-greedy", 4, a.heldout_prompts)
+    for n in names:
+        d = out / n
+        info = {"kind": n, "path": DT.portable(d, a.models),
+                "target": {"path": DT.portable(path, a.models), "sha256": lm.weights_sha256(path)},
+                "data": {"path": DT.portable(Path(a.data), a.models), "sha256": data.sha256(), "sequences": len(data),
+                         "generated_tokens": data.card["generated_tokens"], "prompt_tokens": data.card["prompt_tokens"],
+                         "loss_positions": int(st.loss.sum())},
+                "draft_vocab": len(keep) if keep is not None else V, "draft_vocab_coverage": round(cover, 4),
+                "steps": a.steps, "batch": a.batch, "window": a.window, "lr": LR[n], "seed": a.seed,
+                "train_wall_s": facts[n]["wall_s"], "resumed_at": facts[n]["resumed_at"],
+                "params": facts[n]["params"], "threads": torch.get_num_threads(), "heldout_prompts": a.heldout_prompts,
+                "heldout_acceptance": {"k = 4": acc[n]}, "sha256": {"weights": lm.weights_sha256(d)},
+                "command": DT.command("zoo.heads_distill", list(sys.argv[1:] if argv is None else argv), a.models)}  # fmt: skip
+        DT.write_card(d, info, f"{n} heads for {info['target']['path']} (draft vocabulary {info['draft_vocab']})",
+                      ABOUT[n], PUBLISHED)  # fmt: skip
+        DT.log(f"{n}: held-out mean accepted length at k=4 {acc[n]['mean']} {acc[n]['per_workload']}")
+    return 0
 
 
 if __name__ == "__main__":
