@@ -281,3 +281,31 @@ def test_medusa_and_eagle_retrained_with_a_draft_vocabulary(tiny, data):
     assert info["draft_vocab"] == 40 and info["heldout_acceptance"]["k = 4"]["k"] == 4
     # a full-vocabulary head's config is unchanged: draft_vocab_size is written only when there is one
     assert "draft_vocab_size" in json.loads((out / "medusa" / "config.json").read_text())
+
+
+def test_bad_input_is_one_line_and_a_nonzero_exit(tiny, data, tmp_path, capsys):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    cases = [
+        (distill.main, ["--target", str(tiny.path), "--tokens", "0", "--out", str(tmp_path / "o")], "--tokens 0"),
+        (distill.main, ["--target", str(tiny.path), "--out", str(link)], "symlink"),
+        (distill.main, ["--target", str(tiny.path), "--out", str(tmp_path / "o"), "--layers", "1,99"], "hidden_states[99]"),
+        (eagle3_train.main, ["--data", str(tmp_path), "--out", str(tmp_path / "e"), "--target", str(tiny.path)], "no card.json"),
+        (dflash_train.main, ["--data", str(data), "--out", str(tmp_path / "d"), "--target", str(tiny.path), "--blocks", "1"], "--blocks 1"),
+        (eagle3_train.main, ["--data", str(data), "--out", str(tmp_path / "e"), "--target", str(tiny.path), "--sizes", "999"], "--sizes"),
+    ]  # fmt: skip
+    for fn, argv, said in cases:
+        assert fn(argv) != 0, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err and said in err[-1] and "Traceback" not in "\n".join(err), (argv, err[-3:])
+    assert not (tmp_path / "o" / "chunks").exists()  # refused before any work
+
+
+def test_a_torn_chunk_is_made_again(tiny, data, tmp_path):
+    again = tmp_path / "torn"
+    shutil.copytree(data, again)
+    first = again / "chunks" / "chunk-00000.safetensors"
+    good = first.read_bytes()
+    first.write_bytes(good[: len(good) // 2])  # a kill in the middle of a write that was not atomic
+    _data(tiny, again)
+    assert first.read_bytes() == good

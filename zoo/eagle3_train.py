@@ -65,8 +65,8 @@ def parser():
     ap.add_argument("--out", required=True, help="the head's directory (variants beside it in <out>-vocab/)")
     ap.add_argument("--target", default="smollm2-135m-instruct")
     ap.add_argument("--models", help="models root (else $SPECBANDIT_MODELS)")
-    ap.add_argument("--vocab", type=int, default=16384, help="draft vocabulary trained (0: the full vocabulary)")
-    ap.add_argument("--sizes", default="4096,8192,16384,0", help="draft vocabularies measured (<= --vocab; 0: full)")
+    ap.add_argument("--vocab", type=int, help="draft vocabulary trained (default 16384 or the target's, if smaller; 0: all)")
+    ap.add_argument("--sizes", help="draft vocabularies measured (<= --vocab; 0: full; default 4096,8192,16384,0 below it)")
     ap.add_argument("--steps", type=int, default=0, help="optimiser steps (0: one pass over the data)")
     ap.add_argument("--batch", type=int, default=4, help="sequences per step")
     ap.add_argument("--ttt", type=int, default=4, help="unrolled training-time-test steps")
@@ -222,9 +222,18 @@ def run(a, argv) -> int:
     out, path, target, tok, data = DT.setup(a)
 
     V = int(target.get_output_embeddings().weight.shape[0])
-    sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
-    if any(s and s > (a.vocab or V) for s in sizes):
-        raise UsageError(f"--sizes {a.sizes}: every size must be at most --vocab {a.vocab} (0: full)")
+    if a.vocab is None:
+        a.vocab = 16384 if V > 16384 else 0
+    try:
+        sizes = [int(s) for s in a.sizes.split(",") if s.strip()] if a.sizes else None
+    except ValueError:
+        raise UsageError(f"--sizes {a.sizes}: expected comma-separated integers") from None
+    if sizes is None:
+        sizes = [s for s in (4096, 8192, 16384) if s < (a.vocab or V)] + [0]
+    if not 0 <= a.vocab <= V:
+        raise UsageError(f"--vocab {a.vocab}: the target has {V} tokens (0: all of them)")
+    if not sizes or any(not 0 <= s <= (a.vocab or V) for s in sizes):
+        raise UsageError(f"--sizes {a.sizes}: sizes in 0..--vocab ({a.vocab or V}; 0: the full vocabulary)")
     counts = data.token_counts(V)
     out.mkdir(parents=True, exist_ok=True)
     m, keep, cover = build(a, target, tok, counts, out)
