@@ -65,8 +65,12 @@ def parser():
     ap.add_argument("--out", required=True, help="the head's directory (variants beside it in <out>-vocab/)")
     ap.add_argument("--target", default="smollm2-135m-instruct")
     ap.add_argument("--models", help="models root (else $SPECBANDIT_MODELS)")
-    ap.add_argument("--vocab", type=int, help="draft vocabulary trained (default 16384 or the target's, if smaller; 0: all)")
-    ap.add_argument("--sizes", help="draft vocabularies measured (<= --vocab; 0: full; default 4096,8192,16384,0 below it)")
+    ap.add_argument(
+        "--vocab", type=int, help="draft vocabulary trained (default 16384 or the target's, if smaller; 0: all)"
+    )
+    ap.add_argument(
+        "--sizes", help="draft vocabularies measured (<= --vocab; 0: full; default 4096,8192,16384,0 below it)"
+    )
     ap.add_argument("--steps", type=int, default=0, help="optimiser steps (0: one pass over the data)")
     ap.add_argument("--batch", type=int, default=4, help="sequences per step")
     ap.add_argument("--ttt", type=int, default=4, help="unrolled training-time-test steps")
