@@ -11,6 +11,7 @@ are kept for every position that ran a forward: that is what the drafters train 
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,8 +75,9 @@ def generate(
     done: list[Row | None] = [None] * B
     live = torch.arange(B, device=dev)  # the original row of each batch row
     cache = lm.new_cache()
+    kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"  # renamed in 5.x
     with torch.inference_mode(), lm.tapped(model, taps) as got:
-        h = base(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        h = base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{kw: cache})
         h = h.last_hidden_state
         first = True
         while True:
@@ -104,8 +106,6 @@ def generate(
                 live, mask, pos, nxt = live[sel], mask[sel], pos[sel], nxt[sel]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
             pos = pos[:, -1:] + 1
-            h = base(
-                input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
-            )
+            h = base(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True, **{kw: cache})
             h = h.last_hidden_state
     return [r for r in done if r is not None]
