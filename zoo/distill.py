@@ -339,11 +339,22 @@ def pack(out: Path, a, target: Path, target_sha: str) -> dict:
             "single_agree_token_for_token": int(sum(agree)),
         },
         "files": files,
-        "command": "python -m zoo.distill " + " ".join(sys.argv[1:]),
+        "command": rebuild_command(sys.argv[1:]),
     }
     write_text(out / "card.json", json.dumps(card, indent=1) + "\n")
     write_text(out / "README.md", readme(card))
     return card
+
+
+def rebuild_command(argv: list[str]) -> str:
+    """The command that makes the whole dataset: this one's options but --stage (a stage's run names its options)."""
+    out, skip = [], False
+    for x in argv:
+        if skip or x == "--stage" or x.startswith("--stage="):
+            skip = x == "--stage"
+            continue
+        out.append(x)
+    return "python -m zoo.distill " + " ".join(out)
 
 
 def lm_portable(path: Path, models: str | None = None) -> str:
