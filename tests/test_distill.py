@@ -280,7 +280,7 @@ def test_medusa_and_eagle_retrained_with_a_draft_vocabulary(tiny, data):
         assert dr.tokens and set(dr.tokens) <= set(keep.tolist())  # target ids, all in the draft vocabulary
     info = json.loads((out / "eagle" / "training_info.json").read_text())
     assert info["draft_vocab"] == 40 and info["heldout_acceptance"]["k = 4"]["k"] == 4
-    # a full-vocabulary head's config is unchanged: draft_vocab_size is written only when there is one
+    # the draft vocabulary is in the head's config (a full-vocabulary head's leaves it out: head_formats.write_ours)
     assert "draft_vocab_size" in json.loads((out / "medusa" / "config.json").read_text())
 
 

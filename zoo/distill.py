@@ -39,6 +39,7 @@ from harness.models.gguf import file_sha256
 from workloads import PromptItem
 
 from . import distill_prompts as DP
+from .heads import portable
 
 FORMAT = "specbandit-distill-v1"
 STAGES = ("all", "prompts", "generate", "pack")
@@ -319,7 +320,7 @@ def pack(out: Path, a, target: Path, target_sha: str) -> dict:
     meta0 = read_chunk_meta(chunk_path(out, 0))
     card = {
         "format": FORMAT,
-        "target": {"path": lm_portable(target, a.models), "sha256": target_sha},
+        "target": {"path": portable(str(Path(target).resolve()), lm.models_root(a.models)), "sha256": target_sha},
         "feature_keys": meta0["keys"],
         "feature_dtype": "float16",
         "max_new_tokens": a.max_new_tokens,
@@ -355,16 +356,6 @@ def rebuild_command(argv: list[str]) -> str:
             continue
         out.append(x)
     return "python -m zoo.distill " + " ".join(out)
-
-
-def lm_portable(path: Path, models: str | None = None) -> str:
-    root = lm.models_root(models)
-    try:
-        return (
-            "$SPECBANDIT_MODELS/" + str(Path(path).resolve().relative_to(Path(root).resolve())) if root else str(path)
-        )
-    except ValueError:
-        return str(path)
 
 
 def readme(card: dict) -> str:

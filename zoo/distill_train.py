@@ -14,6 +14,7 @@ the draft vocabulary, the held-out acceptance on the campaign's own prompts, and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
@@ -26,7 +27,6 @@ from bandit.logs.errors import UsageError
 from bandit.logs.safeio import write_file, write_text
 
 from .distill import FORMAT, chunk_path, read_chunk_meta
-from .distill import lm_portable
 from .lm import lr_at
 
 CKPT_EVERY_S = 120.0  # the training checkpoint is rewritten at most this often (and at the end)
@@ -36,7 +36,11 @@ WORKLOADS = ("humaneval-chat", "stdlib-edit", "chat-open", "math-word")
 
 def portable(path: Path, models: str | None = None) -> str:
     """A path as the cards write it: under the models root as $SPECBANDIT_MODELS/..., else as given."""
-    return lm_portable(path, models)
+    from harness.models import lm
+
+    from .heads import portable as portable_text
+
+    return portable_text(str(Path(path).resolve()), lm.models_root(models))
 
 
 def command(module: str, argv: list[str], models: str | None) -> str:
@@ -234,11 +238,12 @@ def fit(model, loss_at, steps: int, lr: float, ckpt: Path, meta: dict, desc: str
 
 def batch_order(n: int, seed: int, step: int, batch: int) -> list[int]:
     """The sequences of step `step`: epochs of seeded permutations, read in order (a function of seed and step)."""
-    out = []
-    for j in range(step * batch, (step + 1) * batch):
-        epoch, at = divmod(j, n)
-        out.append(int(np.random.default_rng([seed, epoch]).permutation(n)[at]))
-    return out
+    return [int(_epoch(n, seed, j // n)[j % n]) for j in range(step * batch, (step + 1) * batch)]
+
+
+@functools.lru_cache(maxsize=2)
+def _epoch(n: int, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(n)
 
 
 # ------------------------------------------------------------------------------------------ evaluation

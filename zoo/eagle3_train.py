@@ -111,12 +111,10 @@ def ttt_loss(m, g, ids, n_prompt, in_vocab, t2d_index, steps: int):
             loss = F.cross_entropy(logits, t2d_index[lab[ok]])
             total = total + STEP_WEIGHT**s * loss
             parts[f"s{s}"] = float((logits.argmax(-1) == t2d_index[lab[ok]]).float().mean())
-        if s == 0:
-            kv = [(k_, v_) for k_, v_ in kv]  # step 0's keys: every later step attends to them
     return total, parts
 
 
-def build(a, target, tok, counts: np.ndarray, out: Path):
+def build(a, target, counts: np.ndarray, out: Path):
     """The untrained head at --vocab, written to `out` (config.json and weights) and loaded from there."""
     import torch
 
@@ -240,7 +238,7 @@ def run(a, argv) -> int:
         raise UsageError(f"--sizes {a.sizes}: sizes in 0..--vocab ({a.vocab or V}; 0: the full vocabulary)")
     counts = data.token_counts(V)
     out.mkdir(parents=True, exist_ok=True)
-    m, keep, cover = build(a, target, tok, counts, out)
+    m, keep, cover = build(a, target, counts, out)
     if set(m.keys) - set(data.keys):
         raise UsageError(f"--data {a.data}: holds the states {data.keys}, not {sorted(set(m.keys) - set(data.keys))}"
                          " (zoo.distill --layers)")  # fmt: skip
