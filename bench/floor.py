@@ -2,18 +2,22 @@
 
     python bench/floor.py [--target DIR] [--threads N] [--context 300] [--q 1,2,3,4,5,8,9,16,33] [--reps 9]
         [--dtypes float32,bfloat16] [--kernels aten,mkldnn[,compile]] [--drafters eagle,eagle3,medusa,dflash,layerskip]
-        [--k 4] [--bw-mib 1024] [--json FILE]
+        [--k 4] [--bw-mib 1024] [--no-profile] [--json FILE]
 
 In one run, so that every ratio compares figures taken side by side on the same machine state:
 
 1. the host's read bandwidth: a torch sum over a 1 GiB float32 tensor (less when memory is short), median of 7;
-2. for each dtype and kernel path (harness/models/kernels.py: "aten" is plain transformers, "mkldnn" every linear
-   on prepacked oneDNN weights, "compile" torch.compile with freezing, asked for by name: its compiles take
-   minutes on a small CPU): a prefill of `--context` positions, then
+2. for each dtype and kernel path (harness/models/kernels.py: "aten" is plain transformers; "mkldnn-hf" every
+   linear on prepacked oneDNN weights under transformers' own forward and DynamicCache; "mkldnn" the harness's
+   path: those linears, q/k/v and gate/up fused, under the lean forward and the cache that grows in place
+   (harness/models/fastpath.py, bitwise the same logits); "compile" torch.compile with freezing, asked for by
+   name: its compiles take minutes on a small CPU): a prefill of `--context` positions, then
    the verify forward (harness.models.lm.forward, causal=True) of Q tokens, `--reps` times per Q with the cache
    cropped back between, median ms; its ratio to Q=1; and its ratio to the floor, the bytes the forward must read
    (every weight once, a tied embedding once, an untied one Q rows, plus the KV cache of context+Q positions)
    over the measured bandwidth;
+   and where a Q=1 forward's time goes on each path (torch.profiler: the linears' products, attention, every
+   other op, and the wall time no op accounts for), beside the linears' share measured against the whole floor;
 3. one live draft call of `--k` tokens of each model drafter on that path (aten and mkldnn), each call's prefix one
    token longer than the last as in live decoding; random-weight heads of the target's shapes (their cost is
    their shape's, not their weights'), and layerskip on a quarter of the target's layers;
@@ -44,6 +48,8 @@ from bandit.logs.errors import InputError, UsageError, guarded
 
 QS = "1,2,3,4,5,8,9,16,33"
 DRAFTERS = ("eagle", "eagle3", "medusa", "dflash", "layerskip")
+# the bench's paths -> harness.models.kernels' ("mkldnn-hf": those linears under transformers' forward and cache)
+KERNEL_OF = {"aten": "aten", "mkldnn-hf": "mkldnn", "mkldnn": "mkldnn", "compile": "compile"}
 
 
 def cores() -> int:
@@ -100,11 +106,26 @@ def floor_bytes(model, q: int, context: int) -> int:
     return total + kv
 
 
+def prefilled(model, kern: str, context: int, seed: int = 0):
+    """A cache holding `context` random positions, of the kind the path runs with."""
+    import torch
+    from transformers import DynamicCache
+
+    from harness.models import lm
+
+    ids = torch.randint(0, int(model.config.vocab_size), (context,), generator=torch.Generator().manual_seed(seed))
+    cache = lm.new_cache() if kern == "mkldnn" else DynamicCache()
+    lm.forward(model, ids, cache, last_logits=True)
+    return cache
+
+
 def time_forwards(models: dict, context: int, qs: list[int], reps: int, seed: int = 0) -> dict:
     """{path: {q: [ms of each rep]}}: one cached forward of q tokens after `context` positions on each path's own
     model. The paths and sizes are interleaved (rep by rep, the paths' order rotated) so that a load that comes
     and goes on a shared machine falls on every path alike: the ratios are taken side by side."""
     import torch
+
+    from transformers import DynamicCache
 
     from harness.models import lm
 
@@ -114,7 +135,7 @@ def time_forwards(models: dict, context: int, qs: list[int], reps: int, seed: in
     inputs = {q: torch.randint(0, vocab, (q,), generator=g) for q in qs}
     caches = {}
     for kern, model in models.items():
-        caches[kern] = lm.new_cache()
+        caches[kern] = lm.new_cache() if kern == "mkldnn" else DynamicCache()  # (the others: transformers' own)
         lm.forward(model, prompt, caches[kern], last_logits=True)
         for q in qs:  # one unmeasured per size: first-call allocations (and a compile's compiles)
             lm.forward(model, inputs[q], caches[kern], causal=True)
@@ -129,6 +150,44 @@ def time_forwards(models: dict, context: int, qs: list[int], reps: int, seed: in
                 out[kern][q].append(1000 * (time.perf_counter() - t0))
                 lm.crop(caches[kern], context)
     return out
+
+
+LINEAR_OPS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::bmm")  # a linear's product
+ATTENTION_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
+                 "aten::_efficient_attention_forward", "aten::_scaled_dot_product_efficient_attention")  # fmt: skip
+
+
+def profile(model, cache, context: int, reps: int = 5, seed: int = 1) -> dict:
+    """Where one Q=1 forward's time goes (torch.profiler, `reps` forwards): the self CPU ms per forward of the
+    linears' products, of attention and of every other op, and the rest of the wall time (Python, dispatch, the
+    profiler's own cost: an upper bound), with the wall ms of the same forwards unprofiled beside it."""
+    import torch
+
+    from harness.models import lm
+
+    ids = torch.randint(0, int(model.config.vocab_size), (1,), generator=torch.Generator().manual_seed(seed))
+    for _ in range(2):
+        lm.forward(model, ids, cache, causal=True)
+        lm.crop(cache, context)
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(reps):
+            lm.forward(model, ids, cache, causal=True)
+            lm.crop(cache, context)
+    wall = 1000 * (time.perf_counter() - t0) / reps
+    plain = []
+    for _ in range(reps):
+        t1 = time.perf_counter()
+        lm.forward(model, ids, cache, causal=True)
+        plain.append(1000 * (time.perf_counter() - t1))
+        lm.crop(cache, context)
+    part = {"linear": 0.0, "attention": 0.0, "other ops": 0.0}
+    for ev in prof.key_averages():
+        kind = "linear" if ev.key in LINEAR_OPS else "attention" if ev.key in ATTENTION_OPS else "other ops"
+        part[kind] += ev.self_cpu_time_total / 1000 / reps
+    part = {k: round(v, 3) for k, v in part.items()}
+    return {**part, "python and dispatch": round(wall - sum(part.values()), 3), "profiled_ms": round(wall, 3),
+            "ms": round(statistics.median(plain), 3)}  # fmt: skip
 
 
 def make_drafters(model, tok, target: Path, kinds: list[str], tmp: Path) -> dict:
@@ -250,6 +309,24 @@ def render(runs: list[dict], bw: dict, drafts: dict, tg: list[dict], a) -> str:
             )
         if r.get("skipped"):
             lines.append(f"| {r['dtype']} | {r['kernels']} | - | skipped: {r['skipped']} | | | |")
+    profiled = [r for r in runs if r.get("profile")]
+    if profiled:
+        cols = ("linear", "attention", "other ops", "python and dispatch")
+        lines += [
+            "",
+            "# where a Q=1 forward's time goes (torch.profiler, self CPU ms per forward; the last column is the wall "
+            "time no op accounts for, the profiler's own cost included) [MEASURED]",
+            "| dtype | kernels | " + " | ".join(cols) + " | profiled ms | unprofiled ms | linears / floor |",
+            "|---|---|" + "---|" * (len(cols) + 3),
+        ]
+        for r in profiled:
+            p = r["profile"]
+            share = f"{p['linear'] / r['floor_ms']:.2f}" if r["floor_ms"] else "-"
+            lines.append(
+                f"| {r['dtype']} | {r['kernels']} | "
+                + " | ".join(f"{p[c]:.2f}" for c in cols)
+                + f" | {p['profiled_ms']:.2f} | {p['ms']:.2f} | {share} |"
+            )
     if drafts:
         lines += [
             "",
@@ -278,11 +355,16 @@ def parse(argv):
     ap.add_argument("--reps", type=int, default=9, help="timed forwards per size (the median is printed)")
     ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated: float32, bfloat16")
     ap.add_argument(
-        "--kernels", default="aten,mkldnn", help="comma-separated kernel paths: aten, mkldnn, compile (minutes)"
+        "--kernels",
+        default="aten,mkldnn-hf,mkldnn",
+        help="comma-separated kernel paths: aten, mkldnn-hf, mkldnn, compile (minutes)",
     )
     ap.add_argument("--drafters", default=",".join(DRAFTERS), help="model drafters to time ('' for none)")
     ap.add_argument("--k", type=int, default=4, help="tokens per timed draft call")
     ap.add_argument("--bw-mib", type=int, default=1024, help="MiB summed to measure the read bandwidth")
+    ap.add_argument(
+        "--no-profile", dest="profile", action="store_false", help="skip the profile of a Q=1 forward on each path"
+    )
     ap.add_argument("--json", help="write the records to this file")
     return ap.parse_args(argv)
 
@@ -299,7 +381,7 @@ def check(a) -> list[int]:
         raise UsageError(f"--q {a.q!r}: expected comma-separated token counts") from None
     if not qs or qs[0] < 1 or a.context < 1 or a.reps < 1 or a.k < 1 or a.bw_mib < 1:
         raise UsageError("--q, --context, --reps, --k and --bw-mib must be positive")
-    for name, value, known in (("--dtypes", a.dtypes, kernels.DTYPES), ("--kernels", a.kernels, kernels.KERNELS)):
+    for name, value, known in (("--dtypes", a.dtypes, kernels.DTYPES), ("--kernels", a.kernels, KERNEL_OF)):
         bad = [x for x in value if x not in known]
         if bad or not value:
             raise UsageError(f"{name}: unknown {bad or 'none given'}; known: {', '.join(known)}")
@@ -327,7 +409,7 @@ def check(a) -> list[int]:
 def run_all(a, qs: list[int]):
     import torch
 
-    from harness.models import kernels, lm
+    from harness.models import fastpath, kernels, lm
 
     torch.set_num_threads(a.threads)
     hst = host()
@@ -339,11 +421,14 @@ def run_all(a, qs: list[int]):
         for dtype in a.dtypes:
             models, skipped = {}, {}
             for kern in a.kernels:  # a model per path, so that the paths' forwards can alternate
-                why = kernels.unavailable(kern, dtype)
+                why = kernels.unavailable(KERNEL_OF[kern], dtype)
                 if why:
                     skipped[kern] = why
                 else:
-                    models[kern] = kernels.apply_kernels(lm.load_lm(target, dtype=dtype, what="--target"), kern, dtype)
+                    model = lm.load_lm(target, dtype=dtype, what="--target")
+                    models[kern] = kernels.apply_kernels(model, KERNEL_OF[kern], dtype)
+                    if kern == "mkldnn-hf":
+                        fastpath.uninstall(model)
             any_model = next(iter(models.values()), None)
             floors = {q: floor_bytes(any_model, q, a.context) / (bw["gbs"] * 1e9) * 1000 for q in qs} if models else {}
             t0 = time.perf_counter()
@@ -351,11 +436,13 @@ def run_all(a, qs: list[int]):
             print(f"  {dtype}: {', '.join(models)} timed in {time.perf_counter() - t0:.0f} s", flush=True)
             for kern in a.kernels:
                 rec = record(ms.get(kern, {}), floors, dtype, kern, a.threads, hst)
+                if kern in models and a.profile and kern != "compile":
+                    rec["profile"] = profile(models[kern], prefilled(models[kern], kern, a.context), a.context)
                 runs.append({**rec, "skipped": skipped[kern]} if kern in skipped else rec)
-                if a.drafters and kern in models and kern != "compile":  # compile skips the heads' own methods
+                if a.drafters and kern in models and kern in ("aten", "mkldnn"):  # compile skips the heads' own methods
                     ds = make_drafters(models[kern], tok, target, a.drafters, Path(tmp) / dtype)
                     for d in ds.values():
-                        kernels.apply_drafter(d, kern, dtype)
+                        kernels.apply_drafter(d, KERNEL_OF[kern], dtype)
                     drafts[(dtype, kern)] = time_drafts(models[kern], ds, a.context, a.k, a.reps)
             del models, any_model
     return runs, bw, drafts

@@ -20,7 +20,9 @@ def target(tmp_path_factory):
 def run(argv, capsys) -> tuple[int, str]:
     with pytest.raises(SystemExit) as e:
         guarded(lambda: floor.main(argv))
-    return e.value.code, capsys.readouterr().err.strip()
+    got = capsys.readouterr()
+    run.out = got.out  # (the printed tables, for the tests that read them)
+    return e.value.code, got.err.strip()
 
 
 def test_the_json_holds_the_float32_best_path_and_every_record(target, tmp_path, capsys):
@@ -46,6 +48,13 @@ def test_the_json_holds_the_float32_best_path_and_every_record(target, tmp_path,
     assert [t["target"].split()[0] for t in got["targets"]] == ["float32", "float32", "bfloat16"]
     assert set(got["drafters"]["float32/aten"]) == {"eagle", "layerskip"}
     assert got["bandwidth"]["gbs"] > 0
+    for r in got["runs"]:  # the profile's parts are the profiled forward's, which runs no faster than unprofiled
+        p = r["profile"]
+        assert p["linear"] > 0 and p["attention"] > 0 and p["other ops"] > 0
+        assert sum(p[k] for k in ("linear", "attention", "other ops", "python and dispatch")) == pytest.approx(
+            p["profiled_ms"], abs=0.01
+        )
+    assert "where a Q=1 forward's time goes" in run.out
 
 
 def test_the_floor_counts_each_weight_once_and_the_cache(target):
@@ -64,7 +73,7 @@ def test_the_floor_counts_each_weight_once_and_the_cache(target):
     [
         (["--threads", "0"], 2, "--threads 0: expected at least 1"),
         (["--q", "1,2000"], 2, "--q 2000 after --context 8: 2008 positions, past the model's 1024"),
-        (["--kernels", "aten,fast"], 2, "--kernels: unknown ['fast']; known: aten, mkldnn, compile"),
+        (["--kernels", "aten,fast"], 2, "--kernels: unknown ['fast']; known: aten, mkldnn-hf, mkldnn, compile"),
         (["--dtypes", "float16"], 2, "--dtypes: unknown ['float16']"),
         (["--drafters", "medusa,ngram"], 2, "--drafters: unknown ['ngram']"),
         (["--json", "{tmp}/no/such/f.json"], 1, "the folder {tmp}/no/such does not exist"),

@@ -33,6 +33,7 @@ import weakref
 import torch
 from torch import nn
 
+from . import fastpath
 from .options import KERNEL_CHOICES
 
 KERNELS = ("aten", "mkldnn", "compile")
@@ -73,7 +74,7 @@ def unavailable(kernels: str, dtype=torch.float32) -> str | None:
         return "this CPU has no bfloat16 support in oneDNN (no avx512_bf16/amx/avx512 core)"
     try:  # a build or CPU where the op exists but fails: refused here, not in the middle of a run
         w = torch.randn(8, 4).to(dtype)
-        got = _mkldnn_linear(torch.randn(3, 4).to(dtype), torch.ops.mkldnn._reorder_linear_weight(w, None), None)
+        got = mkldnn_linear(torch.randn(3, 4).to(dtype), torch.ops.mkldnn._reorder_linear_weight(w, None), None)
         if got.shape != (3, 8):
             return f"mkldnn linear returned shape {tuple(got.shape)} for (3, 8)"
     except RuntimeError as e:
@@ -81,7 +82,7 @@ def unavailable(kernels: str, dtype=torch.float32) -> str | None:
     return None
 
 
-def _mkldnn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def mkldnn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
@@ -115,7 +116,27 @@ class PackedLinear(nn.Linear):
             return nn.functional.linear(x, w, self.bias)
         if self._key != self._weight_key():  # loaded, cast, shared or written in place since packing
             self.repack()
-        return _mkldnn_linear(x, self._packed, self.bias)
+        return mkldnn_linear(x, self._packed, self.bias)
+
+
+def fused(owner: nn.Module, names: tuple[str, ...], x: torch.Tensor) -> torch.Tensor | None:
+    """x through the linears `names` of `owner` as one oneDNN product over their stacked weights (packed once, again
+    when a weight changes), the outputs side by side; None unless all are on prepacked oneDNN weights
+    (PackedLinear) without biases and x is of their dtype. Each output column is the same
+    dot product over the same packed row either way, so the numbers are those of the separate products (checked by
+    tests/test_fastpath.py). The lean forward's `fuse` (harness.models.fastpath)."""
+    mods = [getattr(owner, n) for n in names]
+    if any(type(m) is not PackedLinear or m.bias is not None or m.weight.dtype != x.dtype for m in mods):
+        return None
+    key = tuple(m._weight_key() for m in mods)
+    held = owner.__dict__.get("_specbandit_fused")
+    if held is None or held[0] != key:
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat([m.weight.detach() for m in mods]), None)
+        held = owner.__dict__["_specbandit_fused"] = (key, packed)
+        for m in mods:  # their own packed copies are not read while fused (a fallback forward packs them again)
+            m._packed, m._key = None, None
+    return mkldnn_linear(x, held[1], None)
 
 
 def _linears(model: nn.Module):
@@ -182,8 +203,11 @@ def apply_kernels(model: nn.Module, kernels: str, dtype=torch.float32, strict: b
         state.update(kernels="aten", fallback=why)
     kernels = state["kernels"]
     _uncompile(model)
+    fastpath.uninstall(model)
     for m in _linears(model):
         (_pack if kernels == "mkldnn" else _unpack)(m)
+    if kernels == "mkldnn":  # the lean forward over the same modules (bitwise the same logits; fastpath.py)
+        fastpath.install(model, fuse=fused)
     if kernels == "compile":
         import torch._inductor.config as inductor_config
 
@@ -212,6 +236,8 @@ def apply_drafter(drafter, kernels: str, dtype=torch.float32, strict: bool = Fal
 def describe(model: nn.Module | None = None) -> dict:
     """What ran, for a manifest: {dtype, kernels, threads, probe} (+ requested, fallback when a path fell back)."""
     out = {"threads": torch.get_num_threads(), "mkldnn": torch.backends.mkldnn.is_available()}
+    if model is not None:  # whose forward ran: the lean one (harness.models.fastpath) or transformers' own
+        out["forward"] = "lean" if fastpath.installed(model) else "transformers"
     state = _STATE.get(model) if model is not None else None
     if state is None:
         dt = next((p.dtype for p in model.parameters()), None) if model is not None else None
@@ -244,8 +270,10 @@ def crop(cache, keep: int) -> None:
 
 
 def _timed_forward(model, ids: torch.Tensor, cache) -> float:
+    from . import lm
+
     t0 = time.perf_counter()
-    cached_forward(model, ids, cache)
+    lm.forward(model, ids[0], cache, causal=True)  # a verify pass as the harness runs it
     return 1000 * (time.perf_counter() - t0)
 
 
@@ -262,7 +290,7 @@ def probe(
     can run, and leave `model` on the best: the least summed median over `qs`, ties to the earlier path. "compile"
     is not probed by default (its compiles take longer than the probe). Returns {"figures": {path: {Q: ms}},
     "best", "dtype", "threads", "context", "reps", "skipped": {path: reason}}, also kept for `describe`."""
-    from transformers import DynamicCache
+    from . import lm
 
     for p in paths:
         check_kernels(p)
@@ -279,9 +307,9 @@ def probe(
             skipped[p] = why
             continue
         apply_kernels(model, p, dtype)
-        cache = DynamicCache()
+        cache = lm.new_cache()
         with torch.inference_mode():
-            cached_forward(model, prompt, cache)
+            lm.forward(model, prompt[0], cache)
             figures[p] = {}
             for q in qs:
                 ids = torch.randint(0, vocab, (1, q), generator=g)

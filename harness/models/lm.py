@@ -205,9 +205,11 @@ _CACHE_KW: dict[type, str] = {}
 
 
 def new_cache():
-    from transformers import DynamicCache
+    """A DynamicCache whose layers grow in place (harness.models.fastpath.new_cache): the same numbers as
+    transformers' DynamicCache, without copying the whole cache at every forward."""
+    from .fastpath import new_cache as grow_cache
 
-    return DynamicCache()
+    return grow_cache()
 
 
 def cache_len(cache) -> int:
@@ -311,10 +313,15 @@ def _first(x):
 def tapped(model, keys):
     """Within the block, forwards of `model` store the hidden states named by `keys` in the yielded
     dict (key -> (B, Q, H)); hooks exist only for the named layers and only within the block."""
+    from . import fastpath
+
     got: dict = {}
     handles = []
     keys = set(keys or ())
     layers = decoder_layers(model) if keys - {LAST} else None
+    want = {parse_tap(k, len(layers)): k for k in keys - {LAST}} if layers is not None else {}
+    lean = fastpath.taps(model, want, got)  # the lean forward records them itself (its layers' hooks never fire)
+    lean.__enter__()
     try:
         for key in keys:
             kind, i = parse_tap(key, len(layers) if layers is not None else 0)
@@ -337,6 +344,7 @@ def tapped(model, keys):
                 )
         yield got
     finally:
+        lean.__exit__(None, None, None)
         for h in handles:
             h.remove()
 
