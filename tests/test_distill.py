@@ -212,6 +212,8 @@ def test_dflash_training_logits_equal_a_block_from_the_prefix_alone(tiny, tmp_pa
     loss, parts = dflash_train.block_loss(d, g, ids, 2, 4, np.random.default_rng(0))
     loss.backward()
     assert d.fc.weight.grad is not None and 0 <= parts["acc1"] <= 1
+    nobody = torch.full((int(ids.max()) + 1,), -1)  # a draft vocabulary holding none of the labels: no loss
+    assert dflash_train.block_loss(d, g, ids, 2, 4, np.random.default_rng(0), nobody)[0] is None
 
 
 def test_trainers_write_what_the_harness_loads(tiny, data):
@@ -224,7 +226,10 @@ def test_trainers_write_what_the_harness_loads(tiny, data):
         eagle3_train.main([*common, "--out", str(out / "eagle3"), "--vocab", "64", "--sizes", "32,64,0", "--ttt", "2"])
         == 0
     )
-    assert dflash_train.main([*common, "--out", str(out / "dflash"), "--blocks", "3,5", "--anchors", "4"]) == 0
+    assert (
+        dflash_train.main([*common, "--out", str(out / "dflash"), "--blocks", "3,5", "--anchors", "4", "--vocab", "48"])
+        == 0
+    )
     info = json.loads((out / "eagle3" / "training_info.json").read_text())
     assert set(info["vocab_sizes"]) == {"32", "64", str(len(tiny.tok))}
     assert info["chosen_vocab"] in (32, 64, len(tiny.tok))
@@ -234,7 +239,9 @@ def test_trainers_write_what_the_harness_loads(tiny, data):
     assert set(drafters_for(specs, tiny.model, tiny.tok, tiny.path)) == {"e", "d"}
     dinfo = json.loads((out / "dflash" / "training_info.json").read_text())
     assert set(dinfo["heldout_acceptance"]) == {"k = 2 (block 3)", "k = 4 (block 5)"}
-    assert json.loads((out / "dflash" / "config.json").read_text())["block_size"] == 5
+    dcfg = json.loads((out / "dflash" / "config.json").read_text())
+    assert dcfg["block_size"] == 5 and dcfg["dflash_config"]["draft_vocab_size"] == 48 == dinfo["vocab"]
+    assert dflash.load(out / "dflash", tiny.model)._lm_head.weight.shape[0] == 48  # the draft vocabulary's rows
     assert (out / "eagle3" / "README.md").read_text().count("mean accepted length") >= 1
     assert str(tiny.root) not in json.dumps(info)  # no machine's path: the models root is $SPECBANDIT_MODELS
     assert (

@@ -42,10 +42,12 @@ def zoo(tmp_path_factory):
         root / "e3l", model, [0, 2, 3], layout="eagle3", num_layers=2, model_type="qwen3", seed=2
     )
     z["df"] = dflash.write_random(root / "df", model, [0, 3], block_size=6, num_layers=2, seed=3)
+    z["dfv"] = dflash.write_random(root / "dfv", model, [0, 3], block_size=6, seed=4, vocab_rows=list(range(7, 77)))
     z["specs"] = [
         f"e3=eagle3:path={z['e3']}",
         f"e3l=eagle3:path={z['e3l']}",
         f"df=dflash:path={z['df']}",
+        f"dfv=dflash:path={z['dfv']}",
         "ng=ngram",
         f"self=draft:path={t}",
     ]
@@ -166,6 +168,38 @@ def test_public_layouts_live_equals_generate_and_dense(zoo, T):
     e3 = {t for x in dres.records for t in x["drafts"]["e3"]["tokens"]}
     keep = torch.nonzero(load_file(str(zoo["e3"] / "model.safetensors"))["t2d"])[:, 0].tolist()
     assert e3 <= set(keep)  # draft-vocabulary tokens mapped into the target's by d2t
+    dfv = {t for x in dres.records for t in x["drafts"]["dfv"]["tokens"]}
+    assert dfv and dfv <= set(range(7, 77))  # DFlash's draft vocabulary too
+
+
+def test_dflash_draft_vocabulary_is_the_full_heads_rows(zoo):
+    """The same DFlash weights with a draft vocabulary: its logits are the full-vocabulary logits' columns of those
+    rows, and its drafted index maps back to the target's id."""
+    full = dflash.load(zoo["dfv"], zoo["model"])
+    sub = dflash.load(zoo["dfv"], zoo["model"])
+    rows = torch.arange(70) + sub.d2t
+    assert rows.tolist() == list(range(7, 77))
+    object.__setattr__(full, "_lm_head", zoo["model"].get_output_embeddings())
+    g = torch.Generator().manual_seed(0)
+    n, H = 12, zoo["model"].config.hidden_size
+    ctx_f = full.context(torch.randn(n, 2 * H, generator=g), torch.arange(n))
+    first, pos = torch.tensor([9, 30]), torch.tensor([5, 11])
+    allow = torch.arange(n)[None, :] < pos[:, None]
+    with torch.no_grad():
+        lf = full.block(first, pos, ctx_f, allow)
+        ls = sub.block(first, pos, ctx_f, allow)
+    assert lf.shape[-1] == zoo["model"].config.vocab_size and ls.shape[-1] == 70
+    torch.testing.assert_close(ls, lf[..., rows], rtol=1e-5, atol=1e-5)
+    assert torch.equal(sub.to_target(ls.argmax(-1)), rows[ls.argmax(-1)])
+    for bad, match in (({"draft_vocab_size": 0}, "positive"), ({"draft_vocab_size": 10**6}, "exceeds")):
+        cfg = json.loads((zoo["dfv"] / "config.json").read_text())
+        cfg["dflash_config"].update(bad)
+        d = zoo["root"] / f"dfv-bad-{bad['draft_vocab_size']}"
+        d.mkdir(exist_ok=True)
+        (d / "config.json").write_text(json.dumps(cfg))
+        (d / "model.safetensors").write_bytes((zoo["dfv"] / "model.safetensors").read_bytes())
+        with pytest.raises(HarnessError, match=match):
+            dflash.load(d, zoo["model"])
 
 
 def test_eagle3_draft_by_hand(zoo):

@@ -52,7 +52,7 @@ class DFlashDrafter(ModelDrafter):
         toks, confs, ents = [], [], []
         for j in range(n):
             t, c, e = self._pick(logits[:, j], T, pkey, o * STEP_KEYS + j)
-            toks.append(t)
+            toks.append(self.model.to_target(t))  # (a draft vocabulary's index -> the target's id)
             confs.append(c)
             ents.append(e)
         return self._assemble(toks, confs, ents, T, [min(k, n) for k in ks])

@@ -17,6 +17,11 @@ weights (times input_embedding_scale), sit at positions P-1 .. P-1+block_size-1;
 layers run over them with attention to all the context and, non-causally, to the whole block;
 after the final norm the target's lm_head (times output_multiplier, soft-capped when asked) at
 block position j >= 1 gives the logits of token P-1+j. One pass drafts block_size-1 tokens.
+
+A draft vocabulary (our extension, EAGLE-3's convention; zoo/dflash_train.py writes it): `draft_vocab_size` in
+dflash_config (or at the top level) and a `d2t` tensor (draft_vocab_size,) int64 in the weights; the lm_head is then
+the target's rows d + d2t[d] only, the logits are over those draft_vocab_size tokens, and `to_target` maps a drafted
+index back to the target's id. Without them the whole vocabulary, as z-lab's drafters have.
 """
 
 from __future__ import annotations
@@ -80,7 +85,9 @@ class DFlash(nn.Module):
     """A DFlash drafter on a target (see the module's doc). `keys`: the target hidden states
     (harness.models.lm tap keys) it reads, in fc order."""
 
-    def __init__(self, c: dict, keys: list[str], block_size: int, mask_token_id: int, scales: dict):
+    def __init__(
+        self, c: dict, keys: list[str], block_size: int, mask_token_id: int, scales: dict, draft_vocab: int = 0
+    ):
         super().__init__()
         h, eps = c["hidden_size"], c.get("rms_norm_eps", 1e-6)
         self.keys, self.block_size, self.mask_token_id = keys, block_size, mask_token_id
@@ -92,7 +99,15 @@ class DFlash(nn.Module):
         hd = c.get("head_dim") or h // c["num_attention_heads"]
         self.freq = blocks.inv_freq(blocks.rope_params(c, "dflash"), hd)  # a plain attribute: stays float32
         object.__setattr__(self, "_embed_w", None)  # the target's, set by `load`
-        object.__setattr__(self, "_lm_head", None)
+        object.__setattr__(self, "_lm_head", None)  # the target's, or (draft vocabulary) a Linear over its rows
+        if draft_vocab:
+            self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))  # target id = d + d2t[d]
+        else:
+            self.d2t = None
+
+    def to_target(self, d: torch.Tensor) -> torch.Tensor:
+        """Drafted indices -> the target's token ids (the identity without a draft vocabulary)."""
+        return d if self.d2t is None else d + self.d2t[d]
 
     def context(self, g: torch.Tensor, pos: torch.Tensor) -> list:
         """g (N, n * H) concatenated target states at positions pos (N,) -> per layer (k, v) (1, nkv, N, d)."""
@@ -151,8 +166,12 @@ def _settings(raw: dict, where: str, n_target: int) -> dict:
         "output_multiplier": _value(raw, "output_multiplier", 1.0),
         "final_logit_softcapping": _value(raw, "final_logit_softcapping"),
     }
+    dv = _value(raw, "draft_vocab_size")
+    if dv is not None and (not isinstance(dv, int) or dv < 1):
+        raise HarnessError(f"{where}: draft_vocab_size {dv!r}: expected a positive integer")
     return {
         "keys": keys,
+        "draft_vocab": dv or 0,
         "block_size": int(_value(raw, "block_size", 16)),
         "mask_token_id": int(mask),
         "scales": scales,
@@ -177,13 +196,31 @@ def load(path: Path, target, where: str = "dflash", block_size: int | None = Non
     bs = block_size or s["block_size"]
     if bs < 2:
         raise HarnessError(f"{where} {path}: block size {bs}; it must be >= 2")
-    m = DFlash(raw, s["keys"], bs, s["mask_token_id"], s["scales"])
+    if s["draft_vocab"] > V:
+        raise HarnessError(f"{where} {path}: draft_vocab_size {s['draft_vocab']} exceeds the target's {V} tokens")
+    m = DFlash(raw, s["keys"], bs, s["mask_token_id"], s["scales"], s["draft_vocab"])
     blocks.load_strict(m, blocks.read_weights(path, where), f"{where} {path}")
     p = next(target.parameters())
     m = m.to(device=p.device, dtype=p.dtype).eval()
+    if m.d2t is not None:
+        rows = torch.arange(len(m.d2t), device=p.device) + m.d2t
+        if int(rows.min()) < 0 or int(rows.max()) >= V or len(set(rows.tolist())) != len(rows):
+            raise HarnessError(f"{where} {path}: d2t maps outside the target's {V} tokens or twice to one token")
+        head = draft_head(head, rows)
     object.__setattr__(m, "_embed_w", emb.weight)
     object.__setattr__(m, "_lm_head", head)
     return m
+
+
+def draft_head(head: nn.Module, rows: torch.Tensor) -> nn.Linear:
+    """A Linear over the target lm_head's `rows` (a copy: the draft vocabulary's logits cost rows/V of the full
+    head's); frozen, like the head it copies."""
+    w = head.weight.detach()[rows]
+    lin = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+    lin.weight.requires_grad_(False)
+    return lin
 
 
 def write_random(
@@ -194,9 +231,11 @@ def write_random(
     num_layers: int = 1,
     mask_token_id: int = 3,
     seed: int = 0,
+    vocab_rows: list[int] | None = None,
 ) -> Path:
     """A random DFlash drafter for `target` in z-lab's layout (config.json with dflash_config, and
-    model.safetensors), for tests and benches; read back only through `load`."""
+    model.safetensors), for tests, benches and the trainer; read back only through `load`. `vocab_rows`
+    (ascending target ids): a draft vocabulary of those tokens (d2t)."""
     H = int(target.get_output_embeddings().weight.shape[1])
     nh = int(getattr(target.config, "num_attention_heads", 4))
     cfg = {
@@ -219,6 +258,8 @@ def write_random(
         "num_target_layers": int(target.config.num_hidden_layers),
         "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": list(target_layer_ids)},
     }
+    if vocab_rows is not None:
+        cfg["dflash_config"]["draft_vocab_size"] = len(vocab_rows)
     L = int(target.config.num_hidden_layers)
     m = DFlash(
         cfg,
@@ -226,7 +267,10 @@ def write_random(
         block_size,
         mask_token_id,
         {"input_embedding_scale": 1.0, "output_multiplier": 1.0, "final_logit_softcapping": None},
+        len(vocab_rows) if vocab_rows is not None else 0,
     )
+    if vocab_rows is not None:
+        m.d2t.copy_(torch.as_tensor(vocab_rows, dtype=torch.long) - torch.arange(len(vocab_rows)))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in m.parameters():
