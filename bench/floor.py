@@ -6,7 +6,9 @@
 
 In one run, so that every ratio compares figures taken side by side on the same machine state:
 
-1. the host's read bandwidth: a torch sum over a 1 GiB float32 tensor (less when memory is short), median of 7;
+1. the host's read bandwidth: a torch sum over a 1 GiB float32 tensor (less when memory is short), the best of 4
+   rounds' medians of 7 (after two untimed sums: a first round can run at one thread's speed), read before and
+   after the forwards, the higher reading taken (the host's bandwidth moves with its other tenants);
 2. for each dtype and kernel path (harness/models/kernels.py: "aten" is plain transformers; "mkldnn-hf" every
    linear on prepacked oneDNN weights under transformers' own forward and DynamicCache; "mkldnn" the harness's
    path: those linears, q/k/v and gate/up fused, under the lean forward and the cache that grows in place
@@ -65,9 +67,12 @@ def host() -> dict:
     return {**hardware("cpu"), "cores": cores(), "mkldnn": torch.backends.mkldnn.is_available()}
 
 
-def bandwidth(mib: int = 1024, reps: int = 7) -> dict:
+def bandwidth(mib: int = 1024, reps: int = 7, rounds: int = 4) -> dict:
     """The host's read bandwidth, GB/s: a sum over a float32 tensor of `mib` MiB (at most a quarter of free
-    memory), far larger than the caches so that it reads memory, median of `reps`."""
+    memory), far larger than the caches so that it reads memory; `rounds` rounds of `reps` after two untimed sums,
+    the best round's median. A first round right after start-up can run at about one thread's speed (seen on the AMD
+    host of 2026-12-05), which would put the floor too high and flatter every ratio to it: the best round is what
+    the machine can read, the floor a forward could reach."""
     import torch
 
     size = mib << 20
@@ -79,15 +84,25 @@ def bandwidth(mib: int = 1024, reps: int = 7) -> dict:
     except (OSError, StopIteration):
         pass
     x = torch.ones(size // 4, dtype=torch.float32)
-    x.sum()  # pages touched before timing
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
+    x.sum()  # pages touched and the thread pool up before timing
+    x.sum()
+    medians = []
+    for _ in range(rounds):
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            x.sum()
+            times.append(time.perf_counter() - t0)
+        medians.append(statistics.median(times))
     del x
-    t = statistics.median(times)
-    return {"gbs": round(size / t / 1e9, 2), "bytes": size, "median_ms": round(1000 * t, 3), "reps": reps}
+    t = min(medians)
+    return {
+        "gbs": round(size / t / 1e9, 2),
+        "bytes": size,
+        "median_ms": round(1000 * t, 3),
+        "reps": reps,
+        "rounds_gbs": [round(size / m / 1e9, 2) for m in medians],
+    }
 
 
 def floor_bytes(model, q: int, context: int) -> int:
@@ -295,7 +310,9 @@ def render(runs: list[dict], bw: dict, drafts: dict, tg: list[dict], a) -> str:
     hst = runs[0]["host"] if runs else host()
     lines = [
         f"# host: {hst['cpu']}, {a.threads} threads (of {hst['cores']} cores), torch {hst['torch']}",
-        f"# read bandwidth: {bw['gbs']} GB/s (sum over {bw['bytes'] >> 20} MiB, median of {bw['reps']})",
+        f"# read bandwidth: {bw['gbs']} GB/s (sum over {bw['bytes'] >> 20} MiB; the best of {len(bw['rounds_gbs'])} "
+        f"rounds' medians of {bw['reps']}, read before the forwards ({bw['before_gbs']}) and after them "
+        f"({bw['after_gbs']}))",
         f"# one verify forward of Q tokens after {a.context} cached positions, {a.target}, median of {a.reps} "
         "[MEASURED]; floor = bytes read (weights + KV cache) / bandwidth",
         "| dtype | kernels | Q | ms | / Q=1 | floor ms | / floor |",
@@ -407,14 +424,17 @@ def check(a) -> list[int]:
 
 
 def run_all(a, qs: list[int]):
+    """Every path timed, then every ratio to the floor made with the best bandwidth read before and after them: the
+    machine's bandwidth moves with what else its host runs (37 and 53 GB/s minutes apart on 2026-12-05's host), and
+    the highest reading is the floor a forward could have reached during the run."""
     import torch
 
     from harness.models import fastpath, kernels, lm
 
     torch.set_num_threads(a.threads)
     hst = host()
-    bw = bandwidth(a.bw_mib)
-    runs, drafts = [], {}
+    bw_before = bandwidth(a.bw_mib)
+    timed, drafts = [], {}  # timed: (dtype, kern, ms, floor bytes per q, profile, skipped)
     target = Path(a.target)
     tok = lm.load_tokenizer(target) if a.drafters else None
     with tempfile.TemporaryDirectory(prefix="floor-") as tmp:
@@ -430,21 +450,31 @@ def run_all(a, qs: list[int]):
                     if kern == "mkldnn-hf":
                         fastpath.uninstall(model)
             any_model = next(iter(models.values()), None)
-            floors = {q: floor_bytes(any_model, q, a.context) / (bw["gbs"] * 1e9) * 1000 for q in qs} if models else {}
+            nbytes = {q: floor_bytes(any_model, q, a.context) for q in qs} if models else {}
             t0 = time.perf_counter()
             ms = time_forwards(models, a.context, qs, a.reps) if models else {}
             print(f"  {dtype}: {', '.join(models)} timed in {time.perf_counter() - t0:.0f} s", flush=True)
             for kern in a.kernels:
-                rec = record(ms.get(kern, {}), floors, dtype, kern, a.threads, hst)
+                prof = None
                 if kern in models and a.profile and kern != "compile":
-                    rec["profile"] = profile(models[kern], prefilled(models[kern], kern, a.context), a.context)
-                runs.append({**rec, "skipped": skipped[kern]} if kern in skipped else rec)
+                    prof = profile(models[kern], prefilled(models[kern], kern, a.context), a.context)
+                timed.append((dtype, kern, ms.get(kern, {}), nbytes, prof, skipped.get(kern)))
                 if a.drafters and kern in models and kern in ("aten", "mkldnn"):  # compile skips the heads' own methods
                     ds = make_drafters(models[kern], tok, target, a.drafters, Path(tmp) / dtype)
                     for d in ds.values():
                         kernels.apply_drafter(d, KERNEL_OF[kern], dtype)
                     drafts[(dtype, kern)] = time_drafts(models[kern], ds, a.context, a.k, a.reps)
             del models, any_model
+    bw_after = bandwidth(a.bw_mib)
+    bw = max(bw_before, bw_after, key=lambda b: b["gbs"])
+    bw = {**bw, "before_gbs": bw_before["gbs"], "after_gbs": bw_after["gbs"]}
+    runs = []
+    for dtype, kern, ms, nbytes, prof, why in timed:
+        floors = {q: n / (bw["gbs"] * 1e9) * 1000 for q, n in nbytes.items()}
+        rec = record(ms, floors, dtype, kern, a.threads, hst)
+        if prof is not None:
+            rec["profile"] = prof
+        runs.append({**rec, "skipped": why} if why else rec)
     return runs, bw, drafts
 
 
