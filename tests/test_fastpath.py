@@ -198,3 +198,16 @@ def test_unsupported_models_keep_their_forward_and_say_why():
     assert kernels.describe(m)["forward"] == ("lean" if MKLDNN else "transformers")
     kernels.apply_kernels(m, "aten")  # plain transformers again
     assert not fastpath.installed(m) and kernels.describe(m)["forward"] == "transformers"
+
+
+def test_a_copy_of_the_model_runs_its_own_weights():
+    import copy
+
+    _, lean = pair("aten")
+    twin = copy.deepcopy(lean)
+    assert fastpath.installed(twin) and twin.forward.__self__ is twin
+    with torch.no_grad():
+        twin.lm_head.weight.mul_(2.0)
+    a, _ = lm.forward(lean, IDS[:8], lm.new_cache())
+    b, _ = lm.forward(twin, IDS[:8], lm.new_cache())
+    same(a * 2.0, b)

@@ -24,6 +24,7 @@ decoder layers would not fire, since the layers' __call__ is not used; a hook on
 from __future__ import annotations
 
 import os
+import types
 import weakref
 
 import torch
@@ -55,30 +56,33 @@ def unsupported(model: nn.Module) -> str | None:
 
 
 def installed(model: nn.Module) -> bool:
-    return getattr(model.__dict__.get("forward"), "_specbandit_fastpath", False)
+    return getattr(model.__dict__.get("forward"), "__func__", None) is _lean
 
 
 def install(model: nn.Module, fuse=None) -> bool:
-    """Give `model` the lean forward (an instance attribute over the class's); False (and nothing changed) when
-    `unsupported`. Idempotent. `fuse(owner, names, x)`: x through the linears `names` of `owner` as one product, the
-    outputs side by side, or None where it cannot (harness.models.kernels.fused: prepacked oneDNN weights)."""
+    """Give `model` the lean forward (a bound method over the class's, so a copy of the model runs its own);
+    False (and nothing changed) when `unsupported`. Idempotent. `fuse(owner, names, x)`: x through the linears
+    `names` of `owner` as one product, the outputs side by side, or None where it cannot
+    (harness.models.kernels.fused: prepacked oneDNN weights)."""
     if installed(model):
+        if fuse is not None:
+            model.__dict__["_specbandit_fuse"] = fuse
         return True
     if unsupported(model) is not None or "forward" in model.__dict__:  # (a compiled forward stays as it is)
         return False
-    full = type(model).forward.__get__(model)
-
-    def forward(*args, **kw):
-        return _forward(model, full, fuse or _no_fuse, *args, **kw)
-
-    forward._specbandit_fastpath = True
-    model.forward = forward
+    model.__dict__["_specbandit_fuse"] = fuse or _no_fuse
+    model.forward = types.MethodType(_lean, model)
     return True
 
 
 def uninstall(model: nn.Module) -> None:
     if installed(model):
         del model.forward
+        model.__dict__.pop("_specbandit_fuse", None)
+
+
+def _lean(self, *args, **kw):
+    return _forward(self, type(self).forward.__get__(self), self.__dict__["_specbandit_fuse"], *args, **kw)
 
 
 class _Taps:
