@@ -231,7 +231,7 @@ def run(a, argv) -> int:
     except ValueError:
         raise UsageError(f"--sizes {a.sizes}: expected comma-separated integers") from None
     if sizes is None:
-        sizes = [s for s in (4096, 8192, 16384) if s < (a.vocab or V)] + [0]
+        sizes = [s for s in (4096, 8192, 16384) if s <= (a.vocab or V) and s < V] + [0]  # (the trained size too)
     if not 0 <= a.vocab <= V:
         raise UsageError(f"--vocab {a.vocab}: the target has {V} tokens (0: all of them)")
     if not sizes or any(not 0 <= s <= (a.vocab or V) for s in sizes):
