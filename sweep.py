@@ -126,8 +126,9 @@ def main(
     kernels: str = typer.Option(
         "default",
         help="the target's and model drafters' linears on cpu (harness/models/kernels.py): default (prepacked "
-        "oneDNN where the CPU has it, else aten) | auto (the faster by a short probe at start-up) | aten | mkldnn "
-        "| compile; the manifest records what ran",
+        "oneDNN where the CPU has it, else aten; with it a Llama target runs the lean forward of "
+        "harness/models/fastpath.py, bitwise transformers' logits) | auto (the faster by a short probe at "
+        "start-up) | aten (transformers' own forward) | mkldnn | compile; the manifest records what ran",
     ),
     exact_verify: bool = typer.Option(
         False,
