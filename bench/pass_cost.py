@@ -40,7 +40,8 @@ def measure(
     of a 1-token forward (bench/floor.py: bytes it must read over this host's read bandwidth)."""
     import torch
 
-    from bench.floor import bandwidth, floor_bytes
+    from bench.floor import floor_bytes
+    from bench.floor_probe import bandwidth
     from harness.models import kernels as kern
     from harness.models import lm
 
