@@ -3,9 +3,9 @@ Python that transformers puts around them (issue 32).
 
 transformers' forward of a decoder-only model passes every call through decorators that merge config defaults,
 rename deprecated keywords and capture outputs, builds or preprocesses the attention mask, looks the attention
-function up by name and runs every decoder layer through the gradient-checkpointing wrapper. For SmolLM2-135M on
-2 CPU cores that wrapping costs about as much as the layers' non-matmul work itself: a one-token step spends some
-20 ms outside its linears, against a memory-bandwidth floor of about 12 ms for the whole forward.
+function up by name and runs every decoder layer through the gradient-checkpointing wrapper, and its DynamicCache
+copies every layer's whole keys and values at each forward. For a small model on a CPU that is a visible share of a
+one-token step (bench/floor.py times transformers' forward and this one side by side and profiles both).
 
 `install(model)` gives a supported model (`unsupported(model)` says why not) a forward that calls the model's own
 modules directly: the embedding, the rotary embedding module, each layer's RMSNorms, q/k/v/o projections (on
@@ -38,7 +38,11 @@ _TAPS: "weakref.WeakKeyDictionary[nn.Module, tuple[dict, dict]]" = weakref.WeakK
 
 def unsupported(model: nn.Module) -> str | None:
     """Why the lean forward cannot stand in for `model`'s, or None when it can."""
+    import transformers
+
     name = type(model).__name__
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return f"transformers {transformers.__version__}: the lean forward follows 5.x's Llama"
     if name not in SUPPORTED:
         return f"{name} is not one of {', '.join(SUPPORTED)}"
     c = model.config
@@ -119,27 +123,24 @@ def _no_fuse(owner, names, x):
 
 def _forward(model, full, fuse, input_ids=None, attention_mask=None, position_ids=None, cache=None, **kw):
     cache = kw.pop("past_key_values", cache)
-    logits_to_keep = kw.pop("logits_to_keep", 0)
-    kw.pop("use_cache", None)
-    kw.pop("cache_position", None)  # (the cache's own length places the new keys: the same positions)
+    rest = {k: v for k, v in kw.items() if k not in ("logits_to_keep", "use_cache", "cache_position")}
+    logits_to_keep = kw.get("logits_to_keep", 0)
     n0 = 0 if cache is None else int(cache.get_seq_length())
     q = 0 if input_ids is None else input_ids.shape[-1]
     mask_ok = attention_mask is None or (attention_mask.dim() == 4 and attention_mask.is_floating_point())
     lean = (
-        not kw
+        not rest
         and input_ids is not None
         and position_ids is not None
         and cache is not None
+        and kw.get("use_cache", True) is not False
         and mask_ok
         and (attention_mask is not None or q == 1 or n0 == 0)
         and isinstance(logits_to_keep, int)
         and not torch.is_grad_enabled()
-    )
+    )  # (cache_position is not read: the cache's own length places the new keys at the same positions)
     if not lean:
-        return full(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-            logits_to_keep=logits_to_keep, use_cache=cache is not None, **kw,
-        )  # fmt: skip
+        return full(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache, **kw)
     want, got = _TAPS.get(model, ({}, {}))
     inner = model.model
     x = inner.embed_tokens(input_ids)
