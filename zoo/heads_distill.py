@@ -126,7 +126,7 @@ def run(a, argv) -> int:
             loss = (
                 medusa_masked_loss(m, f, lab, sg, ls) if n == "medusa" else eagle_masked_loss(m, f, x, lab, sg, ps, ls)
             )
-            return loss, {"loss": float(loss)}
+            return loss, {"loss": float(loss.detach())}
 
         meta = {"data_sha256": data.sha256(), "head": n, "vocab": a.vocab, "steps": a.steps, "batch": a.batch,
                 "window": a.window, "seed": a.seed}  # fmt: skip
