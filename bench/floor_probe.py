@@ -69,12 +69,7 @@ def profile(model, cache, context: int, reps: int = 5, seed: int = 1) -> dict:
             lm.forward(model, ids, cache, causal=True)
             lm.crop(cache, context)
     wall = 1000 * (time.perf_counter() - t0) / reps
-    plain = []
-    for _ in range(reps):
-        t1 = time.perf_counter()
-        lm.forward(model, ids, cache, causal=True)
-        plain.append(1000 * (time.perf_counter() - t1))
-        lm.crop(cache, context)
+    plain = timed_forwards(model, ids, cache, context, reps)
     part = {"linear": 0.0, "attention": 0.0, "other ops": 0.0}
     for ev in prof.key_averages():
         kind = "linear" if ev.key in LINEAR_OPS else "attention" if ev.key in ATTENTION_OPS else "other ops"
@@ -82,3 +77,17 @@ def profile(model, cache, context: int, reps: int = 5, seed: int = 1) -> dict:
     part = {k: round(v, 3) for k, v in part.items()}
     return {**part, "python and dispatch": round(wall - sum(part.values()), 3), "profiled_ms": round(wall, 3),
             "ms": round(statistics.median(plain), 3)}  # fmt: skip
+
+
+def timed_forwards(model, ids, cache, context: int, reps: int) -> list[float]:
+    """The ms of `reps` verify forwards of ids (harness.models.lm.forward, causal) after the cache's first
+    `context` positions, the cache cropped back after each."""
+    from harness.models import lm
+
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        lm.forward(model, ids, cache, causal=True)
+        out.append(1000 * (time.perf_counter() - t0))
+        lm.crop(cache, context)
+    return out

@@ -19,7 +19,6 @@ import json
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +40,7 @@ def measure(
     import torch
 
     from bench.floor import floor_bytes
-    from bench.floor_probe import bandwidth
+    from bench.floor_probe import bandwidth, timed_forwards
     from harness.models import kernels as kern
     from harness.models import lm
 
@@ -57,13 +56,7 @@ def measure(
         ids = torch.randint(0, vocab, (q,))
         lm.forward(model, ids, cache, causal=True)  # one unmeasured: first-call allocations
         lm.crop(cache, context)
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            lm.forward(model, ids, cache, causal=True)
-            times.append(1000 * (time.perf_counter() - t0))
-            lm.crop(cache, context)
-        out[q] = statistics.median(times)
+        out[q] = statistics.median(timed_forwards(model, ids, cache, context, reps))
     bw = bandwidth()
     ran["floor_ms"] = 1000 * floor_bytes(model, 1, context) / (bw["gbs"] * 1e9)
     ran["bandwidth_gbs"] = bw["gbs"]
