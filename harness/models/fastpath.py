@@ -268,9 +268,13 @@ _GROW: list = []
 
 def new_cache():
     """A transformers DynamicCache (every method the harness uses: get_seq_length, crop, update,
-    batch_select_indices) whose layers grow in place (see GrowLayer)."""
+    batch_select_indices) whose layers grow in place (see GrowLayer); on transformers 4.x a plain DynamicCache."""
     from transformers.cache_utils import Cache, DynamicCache
 
+    try:
+        from transformers.cache_utils import DynamicLayer  # noqa: F401  (transformers >= 5: caches of layers)
+    except ImportError:  # 4.x: one DynamicCache of lists, which concatenates as it always did
+        return DynamicCache()
     if not _GROW:
         layer = _grow_layer()
 
