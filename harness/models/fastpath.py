@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import types
 import weakref
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -89,23 +90,15 @@ def _lean(self, *args, **kw):
     return _forward(self, type(self).forward.__get__(self), self.__dict__["_specbandit_fuse"], *args, **kw)
 
 
-class _Taps:
+@contextmanager
+def taps(model: nn.Module, want: dict, got: dict):
     """Within the block, the lean forward stores the inputs ("in:i") and outputs ("out:i") of decoder layers in
     `got`; `want` maps (kind, i) to the key (see harness.models.lm.tapped)."""
-
-    def __init__(self, model: nn.Module, want: dict, got: dict):
-        self.model, self.want, self.got = model, want, got
-
-    def __enter__(self):
-        _TAPS[self.model] = (self.want, self.got)
-        return self.got
-
-    def __exit__(self, *exc):
-        _TAPS.pop(self.model, None)
-
-
-def taps(model: nn.Module, want: dict, got: dict) -> _Taps:
-    return _Taps(model, want, got)
+    _TAPS[model] = (want, got)
+    try:
+        yield got
+    finally:
+        _TAPS.pop(model, None)
 
 
 class _Out:

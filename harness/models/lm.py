@@ -320,33 +320,36 @@ def tapped(model, keys):
     keys = set(keys or ())
     layers = decoder_layers(model) if keys - {LAST} else None
     want = {parse_tap(k, len(layers)): k for k in keys - {LAST}} if layers is not None else {}
-    lean = fastpath.taps(model, want, got)  # the lean forward records them itself (its layers' hooks never fire)
-    lean.__enter__()
-    try:
-        for key in keys:
-            kind, i = parse_tap(key, len(layers) if layers is not None else 0)
-            if kind == LAST:
-                handles.append(
-                    model.get_output_embeddings().register_forward_pre_hook(
-                        lambda mod, args, key=key: got.__setitem__(key, args[0])
+    # the lean forward records the layers' states itself (their hooks never fire); transformers' forward by hooks
+    with fastpath.taps(model, want, got):
+        try:
+            for key in keys:
+                kind, i = parse_tap(key, len(layers) if layers is not None else 0)
+                if kind == LAST:
+                    handles.append(
+                        model.get_output_embeddings().register_forward_pre_hook(
+                            lambda mod, args, key=key: got.__setitem__(key, args[0])
+                        )
                     )
-                )
-            elif kind == "in":
-                handles.append(
-                    layers[i].register_forward_pre_hook(
-                        lambda mod, args, kw, key=key: got.__setitem__(key, args[0] if args else kw["hidden_states"]),
-                        with_kwargs=True,
+                elif kind == "in":
+                    handles.append(
+                        layers[i].register_forward_pre_hook(
+                            lambda mod, args, kw, key=key: got.__setitem__(
+                                key, args[0] if args else kw["hidden_states"]
+                            ),
+                            with_kwargs=True,
+                        )
                     )
-                )
-            else:
-                handles.append(
-                    layers[i].register_forward_hook(lambda mod, args, out, key=key: got.__setitem__(key, _first(out)))
-                )
-        yield got
-    finally:
-        lean.__exit__(None, None, None)
-        for h in handles:
-            h.remove()
+                else:
+                    handles.append(
+                        layers[i].register_forward_hook(
+                            lambda mod, args, out, key=key: got.__setitem__(key, _first(out))
+                        )
+                    )
+            yield got
+        finally:
+            for h in handles:
+                h.remove()
 
 
 @contextmanager
