@@ -67,9 +67,11 @@ def verdicts(old: dict, new: dict) -> list[str]:
 
 
 def host(m: dict) -> str:
-    """A manifest's host and forward as one phrase: CPU, threads, kernel path."""
+    """A manifest's host and forward as one phrase: CPU, threads, kernel path, and which forward ran them (a run
+    from before the lean forward records none: transformers' own)."""
     hw, k = m.get("hardware") or {}, m.get("kernels") or {}
-    return f"{hw.get('cpu', '?')}, {hw.get('threads') or 1} thread(s), {k.get('kernels', 'aten')} linears"
+    forward = "the lean forward" if k.get("forward") == "lean" else "transformers' forward"
+    return f"{hw.get('cpu', '?')}, {hw.get('threads') or 1} thread(s), {k.get('kernels', 'aten')} linears, {forward}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             f"# made by: python bench/before_after.py {rel} --before {a.before}",
             f"Live configurations of {rel} before ({a.before}) and after the forward fix [MEASURED], 95% CIs. Before: "
-            f"{hosts[0]}; after: {hosts[1]}. Two hosts: compare the speedups over plain (each a ratio measured in one "
+            f"{hosts[0]}; after: {hosts[1]}. Two runs: compare the speedups over plain (each a ratio measured in one "
             "run), not the tokens/s.",
             "",
             *table(old, new),

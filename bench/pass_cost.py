@@ -134,7 +134,7 @@ def render(measured: dict[int, float], fit: dict[int, float] | None, run: Path, 
     return "\n".join(lines)
 
 
-DEFAULT_RUN = REPO / "runs" / "smollm2-20261203"
+DEFAULT_RUN = REPO / (REPO / "paper" / "campaign.txt").read_text().strip()  # the published campaign
 MAX_REPS = 10_000
 MAX_Q = 1 << 16
 

@@ -15,7 +15,8 @@ from bandit.logs.observed import import_vllm, load_observed
 from bandit.logs.reader import load_logs
 from bandit.stats import trajectory
 
-RUN = Path(__file__).resolve().parents[1] / "runs" / "smollm2-20261203"
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / (ROOT / "paper" / "campaign.txt").read_text().strip()  # the published campaign
 
 
 @pytest.fixture(scope="module")

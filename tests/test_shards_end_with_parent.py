@@ -31,12 +31,15 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_kill_9_of_the_parent_ends_its_shards():
-    p = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+def test_kill_9_of_the_parent_ends_its_shards(tmp_path):
+    err = (tmp_path / "stderr").open("w+")
+    p = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, stderr=err, text=True)
     pids: list[int] = []
     while len(pids) < 2:  # the parent prints each command ("$ ..."), the shards their pids
         line = p.stdout.readline()
-        assert line, "the parent ended early"
+        if not line:
+            err.seek(0)
+            pytest.fail(f"the parent ended early (exit {p.wait()}): {err.read()[-2000:]}")
         if line.strip().isdigit():
             pids.append(int(line))
     assert all(_alive(x) for x in pids)

@@ -108,3 +108,18 @@ def test_the_campaign_prompts_exist_and_are_disjoint_from_the_heads_prompts():
         assert len(camp) == smollm2.CAMPAIGN_LIMIT, (w, len(camp))
         assert len(train) >= 10, (w, len(train))
         assert not {p.prompt_id for p in camp} & {p.prompt_id for p in train}, w
+
+
+def test_a_models_symlink_in_the_repository_stays_as_named(tmp_path, monkeypatch):
+    """The run records drafter paths under `models/` even when `models` links to a disk elsewhere (it used to be
+    resolved to the link's target, and a resumed live phase re-stamped the manifest with that absolute path)."""
+    repo, elsewhere = tmp_path / "repo", tmp_path / "disk" / "models"
+    (repo / "runs").mkdir(parents=True)
+    elsewhere.mkdir(parents=True)
+    (repo / "models").symlink_to(elsewhere)
+    monkeypatch.chdir(repo)
+    assert smollm2.repo_relative("models", repo) == Path("models")
+    assert smollm2.repo_relative("runs/x", repo) == Path("runs/x")
+    assert smollm2.repo_relative(str(elsewhere), repo) == elsewhere  # outside the repository: absolute
+    monkeypatch.chdir(repo / "runs")
+    assert smollm2.repo_relative("../models", repo) == Path("models")

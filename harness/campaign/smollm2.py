@@ -55,6 +55,14 @@ SHARDS = min(2, os.cpu_count() or 1)  # dense-phase processes at once (the cores
 MAX_SHARDS = os.cpu_count() or 1  # more shards than cores only queue for them
 
 
+def repo_relative(path: str, repo: Path = REPO) -> Path:
+    """`path` (from the current directory) relative to the repository where it lies inside it, else absolute: the
+    stages run there, and the run records these paths. A symlink is not followed (`models` linked to a directory
+    elsewhere stays `models`), so a campaign records the same drafter paths whichever disk holds the weights."""
+    p = Path(os.path.abspath(path))
+    return p.relative_to(repo) if p.is_relative_to(repo) else p
+
+
 def best_model(models: Path) -> str:
     """The trained drafter (eagle3 or dflash) with the larger held-out mean accepted length at K on its card;
     eagle3 while either card is missing (the cascade's model part)."""
@@ -212,9 +220,8 @@ def main(argv=None) -> None:
     for flag, v in (("--models", a.models), ("--out", a.out)):
         if v is not None and not v.strip():
             ap.error(f"{flag} '': an empty path names no directory")
-    models = Path(a.models).resolve() if a.models is not None else REPO / "models"
-    out = Path(a.out).resolve() if a.out else REPO / "runs" / f"smollm2-{time.strftime('%Y%m%d', time.gmtime())}"
-    models, out = (p.relative_to(REPO) if p.is_relative_to(REPO) else p for p in (models, out))  # stages run there
+    models = repo_relative(a.models) if a.models is not None else Path("models")
+    out = repo_relative(a.out) if a.out else Path("runs") / f"smollm2-{time.strftime('%Y%m%d', time.gmtime())}"
     if a.stage in ("all", "setup"):
         run([sys.executable, "-m", "harness.gguf", "smollm2", "--models", str(models)], a.dry)
     if a.stage in ("all", "distill"):
