@@ -57,17 +57,11 @@ def profile(model, cache, context: int, reps: int = 5, seed: int = 1) -> dict:
     profiler's own cost: an upper bound), with the wall ms of the same forwards unprofiled beside it."""
     import torch
 
-    from harness.models import lm
-
     ids = torch.randint(0, int(model.config.vocab_size), (1,), generator=torch.Generator().manual_seed(seed))
-    for _ in range(2):
-        lm.forward(model, ids, cache, causal=True)
-        lm.crop(cache, context)
+    timed_forwards(model, ids, cache, context, 2)  # untimed: first-call allocations
     t0 = time.perf_counter()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for _ in range(reps):
-            lm.forward(model, ids, cache, causal=True)
-            lm.crop(cache, context)
+        timed_forwards(model, ids, cache, context, reps)
     wall = 1000 * (time.perf_counter() - t0) / reps
     plain = timed_forwards(model, ids, cache, context, reps)
     part = {"linear": 0.0, "attention": 0.0, "other ops": 0.0}

@@ -12,11 +12,11 @@ from bandit.live import export
 from bandit.live.livelog import load_live, live_order
 from bandit.logs.errors import InputError
 from bandit.logs.observed import import_vllm, load_observed
-from bandit.logs.reader import load_logs
+from bandit.logs.reader import load_logs, published_campaign
 from bandit.stats import trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / (ROOT / "paper" / "campaign.txt").read_text().strip()  # the published campaign
+RUN = ROOT / published_campaign()  # paper/campaign.txt's run
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from bandit.logs.reader import published_campaign
 from bandit.policies import engines
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / (ROOT / "paper" / "campaign.txt").read_text().strip()
+RUN = ROOT / published_campaign()  # paper/campaign.txt's run
 
 
 @pytest.fixture(scope="module")

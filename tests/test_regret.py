@@ -9,13 +9,13 @@ import numpy as np
 from bandit import regret
 from bandit.live.livelog import policy_timing
 from bandit.live.primary import attach
-from bandit.logs.reader import load_logs
+from bandit.logs.reader import load_logs, published_campaign
 from bandit.policies import engines
 from bandit.policies.walk import FixedPolicy
 from bandit.stats import trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / (ROOT / "paper" / "campaign.txt").read_text().strip()  # the published campaign
+RUN = ROOT / published_campaign()  # paper/campaign.txt's run
 
 
 def test_regret_files_hold_every_rule_with_intervals(tmp_path):

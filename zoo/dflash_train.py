@@ -20,9 +20,9 @@ Training (our choices where the paper leaves them open; DESIGN records them): ea
 are made once; `--anchors` block starts are drawn per sequence among the positions whose block drafts
 generated tokens (a function of seed, step and sequence), each block seeing the context before it only; cross
 entropy against the true next tokens (those in the draft vocabulary), position j of the block weighted exp(-j/4)
-(DFlash weighs early positions more: a later token counts only when the earlier ones are accepted). The block size of each step is
-drawn from --blocks, so one drafter serves k = 4, 8 and 16 with a block of k+1 (`dflash:block=5` drafts 4
-tokens for the cost of 5 positions); config.json's block_size is the largest.
+(DFlash weighs early positions more: a later token counts only when the earlier ones are accepted). The block size
+of each step is drawn from --blocks, so one drafter serves k = 4, 8 and 16 with a block of k+1 (`dflash:block=5`
+drafts 4 tokens for the cost of 5 positions); config.json's block_size is the largest.
 """
 
 from __future__ import annotations
