@@ -164,6 +164,13 @@ def main(
         help="the live phase's policies, comma-separated (default: every one of bandit/policies/livepolicies.py's "
         "LIVE_POLICIES; an empty string: none)",
     ),
+    verify_pad: Optional[str] = typer.Option(
+        None,
+        help="Q:Q'[,...]: every one-chain verify forward of Q tokens runs as Q' (its extra rows dropped: "
+        "harness/models/target.py), where a CPU's kernels make Q' rows cheaper than Q; auto: the forwards of 1..k+1 "
+        "tokens are timed at start-up and each size runs as the cheapest at or above it; the manifest records "
+        "the table",
+    ),
     threads: Optional[int] = typer.Option(
         None,
         help=f"torch CPU threads, exactly this many, {RANGE['--threads']} (default: every core on cpu, divided "
@@ -239,6 +246,7 @@ def main(
         live_policies=live_policies,
         threads=threads,
         kernels=kernels,
+        verify_pad=verify_pad,
         exact_verify=exact_verify,
         runs_root=REPO / "runs" if default else None,
         shard=shard,

@@ -106,6 +106,7 @@ def record_settings(
     data,
     live_prompts=0,
     exact_verify=False,
+    verify_pad=None,
 ) -> dict:
     """The settings that change the records, beyond the manifest's (compared on --resume; --limit is not
     one: a run may be continued with more prompts)."""
@@ -126,6 +127,7 @@ def record_settings(
         "data": _abs(data),
         **({"live_prompts": live_prompts} if live_prompts else {}),
         **({"exact_verify": True} if exact_verify else {}),
+        **({"verify_pad": verify_pad} if verify_pad else {}),
     }
 
 
@@ -154,6 +156,7 @@ def run_sweep(
     calibrate=0,
     threads=None,
     kernels="default",
+    verify_pad=None,
     quiet=False,
     runs_root=None,
     live_prompts=0,
@@ -172,6 +175,7 @@ def run_sweep(
     if kernels not in options.KERNEL_CHOICES:
         options.fail(f"--kernels {kernels!r}: expected one of {', '.join(options.KERNEL_CHOICES)}")
     options.check(**opts, limit=limit, live_prompts=live_prompts, calibrate=calibrate, workers=workers, ray=ray)
+    verify_pad = options.verify_pad(verify_pad)
     import workloads as wlmod
     from harness.models import lm
     from harness.drafters import parse_spec
@@ -235,6 +239,7 @@ def run_sweep(
     elif threads is None and device == "cpu":  # every core, shared among the processes that run side by side
         threads = max(1, options.CORES // (sh.count if sh else max(workers, 1) if ray else 1))
     plan.exact, plan.threads, plan.workloads, plan.kernels = exact_verify, threads, wl_names, kernels
+    plan.verify_pad = verify_pad
     if ray:
         from harness.campaign import raypool  # the optional extra: only a --ray sweep imports it
 
@@ -287,6 +292,7 @@ def run_sweep(
             data=data,
             live_prompts=live_prompts,
             exact_verify=exact_verify,
+            verify_pad=verify_pad,
         )
         shas = {(wl, pid): prompt_sha(ids) for wl, pid, ids in prompts}
         lines = Lines(tok, {(wl, pid): ids for wl, pid, ids in prompts})  # outputs.jsonl (harness/campaign/outputs.py)

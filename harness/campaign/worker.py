@@ -20,12 +20,12 @@ import torch
 
 from ..decode import livephase
 from ..models import kernels, lm, options
-from ..decode.calibrate import live_phase, time_verify
+from ..decode.calibrate import live_phase, pad_table, time_passes, time_verify
 from ..drafters import DrafterEnv, DrafterSpec, build_drafters
 from ..decode.engine import Engine, RunConfig
 from ..models.lm import HarnessError
 from .manifest import hardware
-from ..models.target import Target
+from ..models.target import Target, check_pad, parse_pad
 
 
 @dataclass
@@ -46,6 +46,7 @@ class Plan:
     threads: int | None = None  # torch threads; None: torch's own (campaign.py sets every core on cpu)
     kernels: str = "default"  # the linears' path (harness/models/kernels.py): default, auto (probe), aten, mkldnn, ...
     workloads: list[str] = field(default_factory=list)
+    verify_pad: str | None = None  # "Q:Q',...": a one-chain verify of Q tokens runs as Q' (models/target.py); "auto"
 
     def config(self) -> RunConfig:
         return RunConfig(
@@ -77,10 +78,27 @@ class Worker:
         )
         self.drafters = self._built()
         self.target = Target(model, self.tok, plan.device, plan.temperature, exact=plan.exact)
+        pass_ms = self._pad(plan.verify_pad, plan.k)
         self.engine = Engine(self.target, self.drafters, plan.config(), policy, plan.workloads, check=True)
         self.id = f"{socket.gethostname()}:{os.getpid()}-{uuid.uuid4().hex[:6]}"  # unique across sessions
         self.info = self._info(model)
+        if plan.verify_pad:  # what ran: the table, and the forward times an "auto" one came from
+            pad = {"verify_pad": {str(q): v for q, v in self.target.pad.items()}}
+            if pass_ms:
+                pad["pass_ms"] = {str(q): round(v, 3) for q, v in pass_ms.items()}
+            self.info["kernels"] = {**self.info["kernels"], **pad}
         self.where = {"host": socket.gethostname(), "device": plan.device, "gpu": self.info["hardware"]["gpu"]}
+
+    def _pad(self, spec: str | None, k: int) -> dict | None:
+        """The target's verification padding: a table as given, or "auto", measured here on the loaded target
+        (harness/decode/calibrate.py: the forwards of 1..k+1 tokens; each size run as the cheapest at or above it).
+        Returns the measured forward times (auto) or None."""
+        if spec != "auto":
+            self.target.pad = parse_pad(spec)
+            return None
+        ms = time_passes(self.target.model, list(range(1, k + 2)))
+        self.target.pad = check_pad(pad_table(ms))
+        return ms
 
     def _built(self) -> dict:
         """The plan's drafters, their models' linears on the target's kernel path (compile: its packed linears,

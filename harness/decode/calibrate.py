@@ -19,6 +19,42 @@ from .engine import Engine, RunConfig
 from ..models.target import Target, now_ms
 
 
+PAD_GAIN = 0.05  # a size is padded only where a larger one is measured at least this much cheaper
+
+
+def time_passes(model, qs: list[int], context: int = 300, reps: int = 15, seed: int = 0) -> dict[int, float]:
+    """Median ms of one cached causal forward of q tokens after `context` positions (a one-chain verify's shape),
+    the sizes taking turns rep by rep so that drift falls on all of them (the first round warms them up)."""
+    dev = str(next(model.parameters()).device)
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    cache = lm.new_cache()
+    lm.forward(model, torch.randint(0, vocab, (context,), generator=g).to(dev), cache, last_logits=True)
+    ms: dict[int, list[float]] = {q: [] for q in qs}
+    for rep in range(reps + 1):
+        for q in qs:
+            ids = torch.randint(0, vocab, (q,), generator=g).to(dev)
+            t0 = now_ms(dev)
+            lm.forward(model, ids, cache, causal=True)
+            if rep:
+                ms[q].append(now_ms(dev) - t0)
+            lm.crop(cache, context)
+    return {q: statistics.median(v) for q, v in ms.items()}
+
+
+def pad_table(ms: dict[int, float], gain: float = PAD_GAIN) -> dict[int, int]:
+    """{Q: Q'}: each size from 2 run as the cheapest measured size at or above it, where that saves at least
+    `gain` of its own time (a forward of one token, plain decoding's, is never padded)."""
+    out = {}
+    for q in sorted(ms):
+        if q < 2:
+            continue
+        best = min((x for x in ms if x >= q), key=lambda x: (ms[x], x))
+        if best > q and ms[best] <= (1 - gain) * ms[q]:
+            out[q] = best
+    return out
+
+
 def _sizes(k: int) -> list[int]:
     s, t = [], 1
     while t < k + 1:

@@ -78,13 +78,14 @@ def sample(prompts: list[tuple[str, str, list[int]]], n_per_workload: int, seed:
     return {(wl, pid) for wl, hs in by_wl.items() for _, pid in sorted(hs)[:n_per_workload]}
 
 
-def configurations(names: list[str], policies=()) -> list[str]:
-    """The live configurations, in the order they take turns on each prompt (choosing needs two drafters)."""
+def configurations(names: list[str], policies=(), best_of_n: bool = True) -> list[str]:
+    """The live configurations, in the order they take turns on each prompt (choosing needs two drafters;
+    best_of_n=False leaves best-of-N out, as a bench of fixed drafters does)."""
     several = len(names) > 1
     return (
         [PLAIN]
         + [FIXED + n for n in names]
-        + ([BEST_OF_N] if several else [])
+        + ([BEST_OF_N] if several and best_of_n else [])
         + ([POLICY + p for p in policies] if several else [])
     )
 
@@ -250,15 +251,16 @@ def decode(
     policies=None,
     workloads=(),
     timing=None,
+    best_of_n: bool = True,
 ):
     """The decodes themselves (a worker's part, harness/campaign/worker.py): for every sampled prompt not in `done`, in
     the sweep's order, (workload, prompt_id, its live.jsonl lines, one per configuration). `drafters`: fresh
     instances; every prompt's dense output (`outputs`) is handed to them once, sampled or not. `policies`:
     {name: a policy fresh from livepolicies.make}, in configuration order; `workloads`: what they are reset
-    with (the campaign's, sorted); `timing`: their Timing."""
+    with (the campaign's, sorted); `timing`: their Timing; `best_of_n`: whether best-of-N is one of them."""
     names = list(drafters)
     pols = dict(policies or {})
-    configs = configurations(names, list(pols))
+    configs = configurations(names, list(pols), best_of_n)
     live_cfg = _live_cfg(cfg)
     engines = {PLAIN: Plain(target, live_cfg)}
     engines.update({FIXED + n: Engine(target, {n: drafters[n]}, live_cfg) for n in names})

@@ -23,7 +23,8 @@ class Eagle3Drafter(ModelDrafter):
         super().__init__(name, settings, env)
         path = self._setting("path", None, str)
         self.batch = self._setting("batch", 256, int)  # origins per dense pass
-        self._check_settings({"path", "batch"})
+        self._check_settings({"path", "batch", "stop_below"})
+        self.stop_below = self._read_stop()
         self.path = lm.resolve_model_dir(path, env.models_root, f"--drafter {name}=eagle3 path")
         self.model = eagle3.load(self.path, env.target, f"--drafter {name}=eagle3:")
         self.kv, self.kv_ids = None, []  # per-layer cache over pairs 0..n-1, and the ids it covered
@@ -46,14 +47,18 @@ class Eagle3Drafter(ModelDrafter):
 
     def _chain(self, h, logits, kv, T, pkey, o, P, k, allow_at=None):
         """k chained steps from h (1, M, H) / logits (M, Vd) after cache kv; origins o (M,),
-        prefix lengths P (M,). allow_at(s): the mask of step s (None: causal after kv)."""
-        toks, confs, ents = [], [], []
+        prefix lengths P (M,). allow_at(s): the mask of step s (None: causal after kv). Fewer when every
+        chain has stopped by the stop rule (ModelDrafter)."""
+        toks, confs, ents, stopped = [], [], [], None
         for s in range(k):
             d, c, e = self._pick(logits, T, pkey, o * STEP_KEYS + s)
             t = self.model.to_target(d)
             toks.append(t)
             confs.append(c)
             ents.append(e)
+            stopped = self._stopped(stopped, c)
+            if stopped is not None and bool(stopped.all()):
+                break  # every chain has stopped (stop_below): the steps after are not run
             if s + 1 < k:
                 mask = None if allow_at is None else allow_at(s + 1)
                 h, lg, kv = self.model.step(h, t[None], (P + s)[None], kv, mask)

@@ -80,7 +80,8 @@ class EagleDrafter(ModelDrafter):
         super().__init__(name, settings, env)
         path = self._setting("path", None, str)
         self.batch = self._setting("batch", 256, int)  # origins per dense pass
-        self._check_settings({"path", "batch"})
+        self._check_settings({"path", "batch", "stop_below"})
+        self.stop_below = self._read_stop()
         self.path = lm.resolve_model_dir(path, env.models_root, f"--drafter {name}=eagle path")
         try:
             self.head = EagleHead.load(self.path, env.target)
@@ -113,13 +114,16 @@ class EagleDrafter(ModelDrafter):
             past = (kn, vn) if past is None else (torch.cat([past[0], kn], 2), torch.cat([past[1], vn], 2))
         self.kv, self.kv_ids = past, list(ids)
         f, kv = pred[:, -1:], self.kv
-        toks, confs, ents = [], [], []
+        toks, confs, ents, stopped = [], [], [], None
         for s in range(k):
             t, c, e = self._pick(self._logits(f[0]), T, pre.pkey, torch.tensor([pre.pos * STEP_KEYS + s], device=dev))
             t = self.head.to_target(t)
             toks.append(t)
             confs.append(c)
             ents.append(e)
+            stopped = self._stopped(stopped, c)
+            if stopped is not None and bool(stopped.all()):
+                break
             if s + 1 < k:
                 f, (kn, vn) = self.head.step(f, t[None], torch.tensor([[P - 1 + s]], device=dev), kv)
                 kv = (torch.cat([kv[0], kn], 2), torch.cat([kv[1], vn], 2))
@@ -143,13 +147,16 @@ class EagleDrafter(ModelDrafter):
             kmax = max(seq.ks[p] for p in orig)
             f = pred_seq[0, P - 2]  # (M, H): predicted feature at P-1
             kc, vc = ks, vs
-            toks, confs, ents = [], [], []
+            toks, confs, ents, stopped = [], [], [], None
             for s in range(kmax):
                 t, c, e = self._pick(self._logits(f), T, seq.pkey, o * STEP_KEYS + s)
                 t = self.head.to_target(t)
                 toks.append(t)
                 confs.append(c)
                 ents.append(e)
+                stopped = self._stopped(stopped, c)
+                if stopped is not None and bool(stopped.all()):
+                    break
                 if s + 1 < kmax:
                     allow = chain_allow(P - 1, n_seq, s + 1)[None, None]
                     f2, (kn, vn) = self.head.step(f[None], t[None], (P - 1 + s)[None], (kc, vc), allow)

@@ -69,7 +69,8 @@ class LayerSkipDrafter(DraftModelDrafter):
         where = f"--drafter {name}={self.kind}"
         n_layers = self._setting("layers", None)
         self.batch = self._setting("batch", 256, int)  # origins per dense pass
-        self._check_settings({"layers", "batch"})
+        self._check_settings({"layers", "batch", "stop_below"})
+        self.stop_below = self._read_stop()
         if env.target is None:
             raise HarnessError(f"{where}: needs the loaded target model (none was given to the drafters)")
         n = int(getattr(env.target.config, "num_hidden_layers", 0) or 0)

@@ -22,7 +22,16 @@ def chain_allow(limit: torch.Tensor, n_seq: int, step: int) -> torch.Tensor:
 
 
 class ModelDrafter(Drafter):
-    """Shared: choosing tokens with the drafter's own noise stream and scoring them."""
+    """Shared: choosing tokens with the drafter's own noise stream and scoring them.
+
+    A chain drafter (draft, layerskip, eagle, eagle3: one forward per drafted token) may stop early:
+    `stop_below=c` ends the chain after the first token whose confidence (its probability under the
+    drafter's own distribution) is below c, that token kept, as transformers' assisted generation does with
+    `assistant_confidence_threshold` (its default 0.4; transformers also adapts it as it goes, this does not).
+    The forwards after that token are not run, so a live call costs fewer steps; a dense draft is the same
+    chain truncated by the same rule. 0, the default, never stops."""
+
+    stop_below = 0.0  # set by _read_stop in a chain drafter's __init__
 
     @property
     def exact(self) -> bool:
@@ -39,17 +48,35 @@ class ModelDrafter(Drafter):
         self.start("", "")
         return Drafter.dense(self, seq, {})
 
+    def _read_stop(self) -> float:
+        """The stop_below setting, checked (not written back: a drafter without it keeps its settings as they were)."""
+        v = self.settings.get("stop_below", 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            raise lm.HarnessError(
+                f"--drafter {self.name}={self.kind}: setting stop_below={v!r}: expected a number in [0, 1]"
+            )
+        return float(v)
+
+    def _stopped(self, stopped: torch.Tensor | None, conf: torch.Tensor) -> torch.Tensor | None:
+        """Which chains have stopped after a step with confidences conf (M,) (None: the rule is off). Compared in
+        float64, as `_assemble` compares the recorded floats, so that a dense chain stops where a live one does."""
+        if not self.stop_below:
+            return None
+        low = conf.double() < self.stop_below
+        return low if stopped is None else stopped | low
+
     def _pick(self, logits: torch.Tensor, T: float, pkey: int, keys: torch.Tensor):
         tok = choose(logits, T, pkey, keys, self.stream)
         conf, ent = conf_entropy(probs(logits, T), tok)
         return tok, conf, ent
 
-    @staticmethod
-    def _assemble(toks, confs, ents, T, lens) -> list[Draft]:
-        """Per-origin drafts from per-step tensors (steps, M), truncated to lens[m]."""
+    def _assemble(self, toks, confs, ents, T, lens) -> list[Draft]:
+        """Per-origin drafts from per-step tensors (steps, M), truncated to lens[m] and by the stop rule."""
         toks, confs, ents = (torch.stack(x).T.cpu().tolist() if x else [] for x in (toks, confs, ents))
         out = []
         for m, n in enumerate(lens):
+            if self.stop_below and n:
+                n = min(n, next((i + 1 for i, c in enumerate(confs[m]) if c < self.stop_below), n))
             t, c, e = (toks[m][:n], confs[m][:n], ents[m][:n]) if n else ([], [], [])
             out.append(Draft([int(x) for x in t], c, e, list(c) if T > 0 else None))
         return out
@@ -74,7 +101,8 @@ class DraftModelDrafter(ModelDrafter):
         super().__init__(name, settings, env)
         path = self._setting("path", None, str)
         self.batch = self._setting("batch", 256, int)  # origins per dense pass
-        self._check_settings({"path", "batch"})
+        self._check_settings({"path", "batch", "stop_below"})
+        self.stop_below = self._read_stop()
         where = f"--drafter {name}=draft path"
         self.path = lm.resolve_model_dir(path, env.models_root, where)
         lm.refuse_drafter_dir(self.path, where, name)  # before the tokenizer: a head directory has none
@@ -101,13 +129,16 @@ class DraftModelDrafter(ModelDrafter):
         for a, b in self._spans(P - keep):
             logits, _ = lm.forward(self.model, torch.tensor(ids[keep + a : keep + b], device=dev), self.cache)
         logits = logits[-1:]
-        toks, confs, ents = [], [], []
+        toks, confs, ents, stopped = [], [], [], None
         for j in range(k):
             key = torch.tensor([pre.pos * STEP_KEYS + j], device=dev)
             t, c, e = self._pick(logits, T, pre.pkey, key)
             toks.append(t)
             confs.append(c)
             ents.append(e)
+            stopped = self._stopped(stopped, c)
+            if stopped is not None and bool(stopped.all()):
+                break
             if j + 1 < k:
                 logits, _ = lm.forward(self.model, t, self.cache)
         self.cache_ids = list(ids) + [int(t) for t in toks[:-1]]
@@ -126,12 +157,15 @@ class DraftModelDrafter(ModelDrafter):
             o = torch.tensor(orig, device=dev)
             kmax = max(seq.ks[p] for p in orig)
             logits = logits_seq[npr + o - 1]
-            toks, confs, ents = [], [], []
+            toks, confs, ents, stopped = [], [], [], None
             for j in range(kmax):
                 t, c, e = self._pick(logits, T, seq.pkey, o * STEP_KEYS + j)
                 toks.append(t)
                 confs.append(c)
                 ents.append(e)
+                stopped = self._stopped(stopped, c)
+                if stopped is not None and bool(stopped.all()):
+                    break
                 if j + 1 < kmax:
                     allow = chain_allow(npr + o, n_seq, j + 1)
                     logits, _ = lm.forward(self.model, t, cache, pos=npr + o + j, allow=allow)

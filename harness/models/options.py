@@ -42,6 +42,8 @@ DEVICE = re.compile(r"(cpu|cuda(:(0|[1-9][0-9]{0,3}))?)\Z")
 # setting not listed is left to the class (an unknown one is refused there); plug-in kinds check their own.
 _PATH = {"path": str}
 _BATCH = {"batch": (int, 1, 1 << 16)}
+# chain drafters: stop after a token whose confidence is below this (harness/drafters/model.py)
+_STOP = {"stop_below": (float, 0.0, 1.0)}
 SETTINGS = {
     "ngram": {"n_min": (int, 1, 4096), "n_max": (int, 1, 4096), "max_occ": (int, 1, 1 << 20), "rule": str},
     "suffix": {
@@ -49,10 +51,11 @@ SETTINGS = {
         **{"max_depth": (int, 1, 1024), "max_occ": (int, 1, 1 << 20), "min_score": (float, 0.0, 1.0)},
         **{"spec_factor": (float, 0.0, 1000.0), "spec_offset": (float, -1000.0, 1000.0)},
     },
-    "draft": {**_PATH, **_BATCH},
+    "draft": {**_PATH, **_BATCH, **_STOP},
+    "layerskip": _STOP,
     "medusa": _PATH,
-    "eagle": {**_PATH, **_BATCH},
-    "eagle3": {**_PATH, **_BATCH},
+    "eagle": {**_PATH, **_BATCH, **_STOP},
+    "eagle3": {**_PATH, **_BATCH, **_STOP},
     "dflash": {**_PATH, **_BATCH, "block": (int, 0, 4096)},
     "cascade": {"of": str, "rule": str, "min_conf": (float, 0.0, 1.0)},
 }
@@ -102,6 +105,19 @@ def device(value: str, here: bool = True) -> None:
         fail(f"--device {value}: CUDA is not available on this machine")
     if ":" in value and int(value.split(":")[1]) >= n:
         fail(f"--device {value}: this machine has {n} CUDA device(s): cuda:0..cuda:{n - 1}")
+
+
+def verify_pad(text: str | None) -> str | None:
+    """--verify-pad: None, "auto" or Q:Q'[,...] with 2 <= Q < Q' <= 4096 (normalised: sorted, no spaces)."""
+    if text is None or text.strip() in ("", "auto"):
+        return (text or "").strip() or None
+    table = {}
+    for item in filter(None, text.split(",")):
+        q, _, to = item.partition(":")
+        if not (q.strip().isdigit() and to.strip().isdigit() and 2 <= int(q) < int(to) <= 4096) or int(q) in table:
+            fail(f"--verify-pad {text}: {item!r}: expected auto, or Q:Q' with 2 <= Q < Q' <= 4096, each Q once")
+        table[int(q)] = int(to)
+    return ",".join(f"{q}:{table[q]}" for q in sorted(table)) or None
 
 
 def check(*, k, max_new_tokens, temp, seed_, threads, device_, limit, live_prompts, calibrate, workers, ray) -> None:

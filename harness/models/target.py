@@ -18,6 +18,13 @@ mask, exactly the forwards generation makes, so every decision, cache entry and 
 bit-identical to generation's at any dtype; it costs up to 1 + sum(len(chain)) target forwards
 per block. Generation always prefills prompt[:-1] and then feeds the last prompt token alone,
 which is what the live loop does too.
+
+Padding (`pad`, {Q: Q'}). On a CPU the matrix kernels change regime with the row count, and a forward of Q rows can
+cost more than one of Q' > Q rows (bench/pass_cost.py; oneDNN at 2 rows on the SmolLM2 host, bench/early_stop.py).
+A one-chain verification of Q tokens (trunk + chain) is then run as Q' tokens: the chain's last token repeated after
+it, whose rows (causal: no real row sees them) are dropped and whose cache entries are cropped before `verify`
+returns, so the verdicts, features and cache are those of the Q-token forward up to the kernels' rounding. GPU
+engines pad to their captured graph sizes for the same reason. Plain generation (one token) is never padded.
 """
 
 from __future__ import annotations
@@ -50,10 +57,43 @@ class Verdict:
     p: list[float]  # the target's probability of each draft token (temperature applied)
 
 
+def check_pad(pad: dict | None, where: str = "pad") -> dict[int, int]:
+    """A verification padding table {Q: Q'} (Q' > Q >= 2), checked; None or {}: no padding."""
+    out = {}
+    for q, to in (pad or {}).items():
+        ok = all(isinstance(x, int) and not isinstance(x, bool) for x in (q, to))
+        if not ok or not 2 <= q < to <= 1 << 12:
+            raise lm.HarnessError(f"{where}: {q!r}:{to!r}: expected Q:Q' with 2 <= Q < Q' <= 4096 (a forward of Q "
+                                  "tokens run as Q')")  # fmt: skip
+        out[q] = to
+    return out
+
+
+def parse_pad(text: str | None, where: str = "--verify-pad") -> dict[int, int]:
+    """ "Q:Q'[,...]" -> {Q: Q'}, checked (check_pad); None or "": no padding."""
+    out = {}
+    for item in filter(None, (text or "").split(",")):
+        q, _, to = item.partition(":")
+        try:
+            out[int(q)] = int(to)
+        except ValueError:
+            raise lm.HarnessError(f"{where} {text}: {item!r} is not Q:Q' (two integers)") from None
+    return check_pad(out, where)
+
+
 class Target:
-    def __init__(self, model, tokenizer, device: str = "cpu", temperature: float = 0.0, exact: bool = False):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        device: str = "cpu",
+        temperature: float = 0.0,
+        exact: bool = False,
+        pad: dict[int, int] | None = None,
+    ):
         self.model, self.tokenizer, self.device, self.T = model, tokenizer, device, temperature
         self.exact = exact  # verify one token per forward, as generation does (see the module's doc)
+        self.pad = check_pad(pad)  # {Q: Q'}: a one-chain verification of Q tokens runs as Q' (see the module's doc)
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
 
@@ -185,11 +225,17 @@ class Target:
         """One chain after the trunk: token i of trunk + chain sits at position c0 + i and sees the cache and
         the tokens before it: the causal mask (`lm.forward(causal=True)`: from a template, no allow matrix)
         and the default positions after the cache. The same spans as `_forward_tree`."""
-        ids = torch.tensor(trunk + chain, device=self.device)
+        toks = trunk + chain
+        q, c0 = len(toks), lm.cache_len(cache)
+        toks = toks + toks[-1:] * (self.pad.get(q, q) - q)
+        ids = torch.tensor(toks, device=self.device)
         if taps is None:
             logits, feats = lm.forward(self.model, ids, cache, hidden=True, causal=True)
         else:
             logits, feats = lm.forward(self.model, ids, cache, taps=taps, causal=True)
+        if len(toks) > q:  # the padding's rows and cache entries go; no real row attended to them
+            lm.crop(cache, c0 + q)
+            logits, feats = logits[:q], _rows(feats, 0, q)
         return logits, feats, [(len(trunk), len(chain))]
 
     def _forward_exact(self, cache, trunk, chains, taps):
