@@ -123,3 +123,16 @@ def test_a_models_symlink_in_the_repository_stays_as_named(tmp_path, monkeypatch
     assert smollm2.repo_relative(str(elsewhere), repo) == elsewhere  # outside the repository: absolute
     monkeypatch.chdir(repo / "runs")
     assert smollm2.repo_relative("../models", repo) == Path("models")
+
+
+def test_the_stop_rule_and_padding_are_opt_in(tmp_path):
+    plain = smollm2.sweep_command(tmp_path, tmp_path / "run")
+    assert "--verify-pad" not in plain and not any("eagle3_stop" in w for w in plain)  # the published command
+    cmd = smollm2.sweep_command(tmp_path, tmp_path / "run", None, 0.4, "auto")
+    assert cmd[cmd.index("--verify-pad") + 1] == "auto"
+    names = [parse_spec(d).name for d in smollm2.drafters(tmp_path, 0.4)]
+    assert names.index("eagle3_stop") == names.index("eagle3") + 1
+    (stop,) = [parse_spec(d) for d in smollm2.drafters(tmp_path, 0.4) if d.startswith("eagle3_stop=")]
+    assert stop.kind == "eagle3" and stop.settings["stop_below"] == 0.4
+    with pytest.raises(SystemExit):
+        smollm2.main(["--stop-below", "1.5", "--print"])

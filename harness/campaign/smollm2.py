@@ -78,11 +78,13 @@ def best_model(models: Path) -> str:
     return "dflash" if acc_d > acc_e else "eagle3"
 
 
-def drafters(models: Path) -> list[str]:
+def drafters(models: Path, stop_below: float | None = None) -> list[str]:
     """Every drafter of the campaign: both lookups under both rules, the layer-skip drafter, the heads trained on
     this target (Medusa and EAGLE on the workloads' train parts, EAGLE-3 and DFlash on the self-distillation data),
-    and a cascade of the better of EAGLE-3 and DFlash extended by the suffix lookup."""
+    and a cascade of the better of EAGLE-3 and DFlash extended by the suffix lookup. `stop_below`: also EAGLE-3
+    stopping its draft after a token below that confidence (`eagle3_stop`, harness/drafters/model.py)."""
     heads = models / HEADS
+    stop = [f"eagle3_stop=eagle3:path={models / EAGLE3},stop_below={stop_below}"] if stop_below else []
     return [
         "ngram=ngram",
         "ngram_vllm=ngram:rule=vllm",
@@ -92,6 +94,7 @@ def drafters(models: Path) -> list[str]:
         f"medusa=medusa:path={heads / 'medusa'}",
         f"eagle=eagle:path={heads / 'eagle'}",
         f"eagle3=eagle3:path={models / EAGLE3}",
+        *stop,
         f"dflash=dflash:block={K + 1},path={models / DFLASH}",
         f"cascade=cascade:of={best_model(models)}+suffix_arctic",
     ]
@@ -125,12 +128,19 @@ def heads_command(models: Path) -> list[str]:
     return cmd + ["--data", str(models / DISTILL), "--out", str(models / HEADS), "--vocab", str(DRAFT_VOCAB)]
 
 
-def sweep_command(models: Path, out: Path, shard: tuple[int, int] | None = None) -> list[str]:
+def sweep_command(
+    models: Path,
+    out: Path,
+    shard: tuple[int, int] | None = None,
+    stop_below: float | None = None,
+    verify_pad: str | None = None,
+) -> list[str]:
     """The sweep; with `shard` (I, N), shard I of N of the dense phase only (the live phase follows in one
-    process)."""
+    process). `stop_below` adds `eagle3_stop` (drafters); `verify_pad`: sweep.py --verify-pad."""
     cmd = [sys.executable, "sweep.py", "--models", str(models), "--target", TARGET]
-    for d in drafters(models):
+    for d in drafters(models, stop_below):
         cmd += ["--drafter", d]
+    cmd += ["--verify-pad", verify_pad] if verify_pad else []
     cmd += ["--workloads", ",".join(f"{w}:campaign" for w in WORKLOADS), "--limit", str(CAMPAIGN_LIMIT)]
     cmd += ["--mode", "dense", "--k", str(K), "--max-new-tokens", str(MAX_NEW_TOKENS)]
     cmd += ["--live-prompts", str(LIVE_PROMPTS), "--out", str(out)]
@@ -213,6 +223,13 @@ def main(argv=None) -> None:
         help=f"dense-phase processes side by side, the cores divided among them, in [1, {MAX_SHARDS}] (this machine's "
         f"cores; default {SHARDS})",
     )
+    ap.add_argument(
+        "--stop-below",
+        type=float,
+        default=None,
+        help="also EAGLE-3 stopping its drafts after a token below this confidence (eagle3_stop), in (0, 1]",
+    )
+    ap.add_argument("--verify-pad", default=None, help="sweep.py --verify-pad for the campaign: auto or Q:Q',...")
     ap.add_argument("--print", dest="dry", action="store_true", help="print the stages' commands only")
     a = ap.parse_args(argv)
     if not 1 <= a.shards <= MAX_SHARDS:  # checked before any stage runs: a shard is a process with a model
@@ -220,6 +237,8 @@ def main(argv=None) -> None:
     for flag, v in (("--models", a.models), ("--out", a.out)):
         if v is not None and not v.strip():
             ap.error(f"{flag} '': an empty path names no directory")
+    if a.stop_below is not None and not 0 < a.stop_below <= 1:
+        ap.error(f"--stop-below {a.stop_below}: must be in (0, 1]")
     models = repo_relative(a.models) if a.models is not None else Path("models")
     out = repo_relative(a.out) if a.out else Path("runs") / f"smollm2-{time.strftime('%Y%m%d', time.gmtime())}"
     if a.stage in ("all", "setup"):
@@ -242,8 +261,9 @@ def main(argv=None) -> None:
                 run(trainer_command(models, kind), a.dry)
     if a.stage in ("all", "sweep"):
         if a.shards > 1 and not dense_done(out):
-            run_side_by_side([sweep_command(models, out, (i, a.shards)) for i in range(a.shards)], a.dry)
-        run(sweep_command(models, out), a.dry)
+            shards = [sweep_command(models, out, (i, a.shards), a.stop_below, a.verify_pad) for i in range(a.shards)]
+            run_side_by_side(shards, a.dry)
+        run(sweep_command(models, out, None, a.stop_below, a.verify_pad), a.dry)
     if a.stage in ("all", "card"):
         heads = [w for h in ("medusa", "eagle") for w in ("--heads", str(models / HEADS / h))]
         heads += [w for d in (EAGLE3, DFLASH) for w in ("--heads", str(models / d))]
