@@ -44,21 +44,6 @@ DEFAULT_RUN = REPO / (published_campaign() or "runs")
 STATS = ("speedup", "speedup_stop", "stop_over_full", "tokens_per_pass", "tokens_per_pass_stop")
 
 
-def _json_lines(path: Path) -> list[dict]:
-    out = []
-    for i, raw in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except ValueError as e:
-            raise InputError(f"{path}:{i}: not a JSON line ({e})") from None
-        if not isinstance(rec, dict):
-            raise InputError(f"{path}:{i}: not a JSON object")
-        out.append(rec)
-    return out
-
-
 def _json_file(path: Path) -> dict:
     try:
         obj = json.loads(path.read_bytes().decode("utf-8"))
@@ -79,26 +64,17 @@ def read_run(run: Path) -> tuple[dict, list[tuple[str, str]], dict]:
     for key in ("k", "max_new_tokens", "temperature", "seed", "dtype", "device"):
         if key not in manifest["settings"]:
             raise InputError(f"{run}/settings.json: no {key}")
-    live = run / "live.jsonl"
-    if not live.is_file():
-        raise InputError(f"{run}: no live.jsonl (the run has no live phase)")
-    sample = []
-    for rec in _json_lines(live):
-        if rec.get("config") == "plain":
-            key = (rec.get("workload"), rec.get("prompt_id"))
-            if not all(isinstance(x, str) for x in key):
-                raise InputError(f"{live}: a plain line without workload and prompt_id")
-            sample.append(key)
+    from bandit.live.livelog import read_live
+    from harness.campaign.outputs import read_lines
+
+    sample = [(r["workload"], r["prompt_id"]) for r in read_live(run) if r["config"] == "plain"]
     texts = {}
     for path in sorted(run.glob("outputs*.jsonl")):
-        for rec in _json_lines(path):
+        for rec, _ in read_lines(path):
             try:
-                texts[(rec["workload"], rec["prompt_id"])] = (
-                    [int(x) for x in rec["prompt_ids"]],
-                    [int(x) for x in rec["output_ids"]],
-                )
+                texts[(rec["workload"], rec["prompt_id"])] = ([int(x) for x in rec["prompt_ids"]], rec["output_ids"])
             except (KeyError, TypeError, ValueError):
-                raise InputError(f"{path}: a line without workload, prompt_id, prompt_ids and output_ids") from None
+                raise InputError(f"{path}: a line without prompt_ids") from None
     missing = [k for k in sample if k not in texts]
     if missing:
         raise InputError(f"{run}: live prompt {missing[0][0]}/{missing[0][1]} has no line in outputs*.jsonl")

@@ -17,7 +17,7 @@ from harness.models.tiny import PROMPTS, make_zoo
 
 def _line(config, wl, pid, tokens, wall_ms, passes, verified, calls=0, draft_ms=0.0):
     name = config.split(":", 1)[1] if ":" in config else None
-    return dict(config=config, workload=wl, prompt_id=pid, tokens=tokens, wall_ms=wall_ms, passes=passes,
+    return dict(config=config, workload=wl, prompt_id=pid, prompt_len=5, tokens=tokens, wall_ms=wall_ms, passes=passes,
                 verified=verified, calls={name: calls} if name else {}, draft_ms={name: draft_ms} if name else {},
                 same_as_dense=True)  # fmt: skip
 
@@ -67,13 +67,8 @@ def _planted(tmp_path, z, model, tok, n=2):
     settings = {"k": 4, "max_new_tokens": 12, "temperature": 0.0, "seed": 0, "dtype": "float32", "device": "cpu"}
     (run / "manifest.json").write_text(json.dumps(manifest))
     (run / "settings.json").write_text(json.dumps(settings))
-    (run / "live.jsonl").write_text(
-        "".join(
-            json.dumps({"config": c, "workload": w, "prompt_id": p}) + "\n"
-            for w, p, _ in prompts
-            for c in ("plain", "fixed:eagle")
-        )
-    )
+    lines = [_line(c, w, p, len(o), 10.0, len(o), len(o)) for (w, p, _), o in zip(prompts, outs) for c in ("plain",)]
+    (run / "live.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (run / "outputs-s0of1.jsonl").write_text(
         "".join(
             json.dumps({"workload": w, "prompt_id": p, "prompt_ids": list(ids), "output_ids": list(o)}) + "\n"
@@ -89,16 +84,19 @@ def zoo(tmp_path_factory):
     return z, lm.load_lm(z["target"]), lm.load_tokenizer(z["target"])
 
 
-def test_the_whole_bench_on_a_planted_run(tmp_path, zoo):
+def _bench(tmp_path, zoo, *args) -> tuple[dict, list]:
+    """The bench on a planted run of the tiny zoo: (its JSON, the run's prompts)."""
     z, model, tok = zoo
     torch.set_num_threads(1)
     run, prompts = _planted(tmp_path, z, model, tok)
     out = tmp_path / "es.json"
+    early_stop.main(["--run", str(run), "--drafter", "eagle", "--resamples", "100", "--json", str(out), *args])
+    return json.loads(out.read_text()), prompts
+
+
+def test_the_whole_bench_on_a_planted_run(tmp_path, zoo):
     # a random head's confidences are all below 0.05: every stopped draft is its first token
-    early_stop.main(
-        ["--run", str(run), "--drafter", "eagle", "--stop", "0.05", "--resamples", "100", "--json", str(out)]
-    )
-    got = json.loads(out.read_text())
+    got, prompts = _bench(tmp_path, zoo, "--stop", "0.05")
     assert got["label"] == "MEASURED" and got["prompts"] == [f"{w}/{p}" for w, p, _ in prompts]
     pooled = got["by_workload"]["pooled"]
     assert pooled["drafted_per_pass_stop"] <= 1.0 and pooled["drafted_per_pass"] > 2.0
@@ -182,14 +180,7 @@ def test_the_pad_table_takes_the_cheapest_size_at_or_above():
 
 
 def test_auto_padding_runs_and_is_recorded(tmp_path, zoo):
-    z, model, tok = zoo
-    torch.set_num_threads(1)
-    run, _ = _planted(tmp_path, z, model, tok)
-    out = tmp_path / "es.json"
-    early_stop.main(
-        ["--run", str(run), "--drafter", "eagle", "--pad", "auto", "--resamples", "100", "--json", str(out)]
-    )
-    got = json.loads(out.read_text())
+    got, _ = _bench(tmp_path, zoo, "--pad", "auto")
     assert sorted(got["pass_ms"]) == ["1", "2", "3", "4", "5"] and got["verify_pad_from"].startswith("measured")
     ms = {int(q): v for q, v in got["pass_ms"].items()}
     for q, to in got["verify_pad"].items():  # each padded size runs as the cheapest size at or above it
