@@ -246,8 +246,10 @@ def dense_drafts(run: Path, name: str, keys) -> dict:
 def predict(run: Path, name: str, stop: float, keys, prompt_len: dict, workloads: list[str]) -> dict | None:
     """[MODEL] each workload's speedup over plain, with and without the rule, walked on the dense log with the run's
     timing model (wallclock.json: prefill, per prompt token, pass cost by tokens verified, the drafter's call). A
-    stopped call is priced at its share of drafted tokens (call ms x tokens / the unstopped call's): the catch-up
-    step is counted as one step. None when the run has no fitted timing model."""
+    stopped call is priced at its share of drafted tokens (call ms x tokens / k): the catch-up step is counted as
+    one step. The rule is applied to the log's confidences, rounded to 6 decimals, where live compares unrounded
+    ones: a confidence within 5e-7 under the threshold may be walked differently. None when the run has no fitted
+    timing model."""
     from bench.pass_cost import fitted
 
     try:
@@ -340,6 +342,8 @@ def main(argv=None) -> None:
     if not run.is_dir():
         raise UsageError(f"--run {run}: no such run directory")
     manifest, sample, texts = read_run(run)
+    if pad and max(pad.values()) > int(manifest["settings"]["k"]) + 1:
+        raise UsageError(f"--pad {a.pad}: a verify is at most k + 1 = {int(manifest['settings']['k']) + 1} tokens")
     workloads = [w for w in a.workloads.split(",") if w.strip()] if a.workloads else None
     keys = chosen(sample, workloads, a.per_workload)
     workloads = sorted({w for w, _ in keys})

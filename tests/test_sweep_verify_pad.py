@@ -61,3 +61,25 @@ def test_a_bad_table_is_refused_before_any_model(bad):
 def test_the_option_is_normalised():
     assert options.verify_pad(None) is None and options.verify_pad("") is None
     assert options.verify_pad("auto") == "auto" and options.verify_pad("4:5,2:5") == "2:5,4:5"
+
+
+def test_a_resumed_auto_run_keeps_the_table_it_measured(zoo, tmp_path):
+    d = _sweep(zoo, tmp_path / "resume", "auto")
+    m = json.loads((d / "manifest.json").read_text())
+    m["kernels"]["verify_pad"], m["kernels"]["pass_ms"] = {"2": 5}, {"1": 1.0, "2": 9.0, "5": 2.0}  # planted
+    m.pop("complete", None)
+    (d / "manifest.json").write_text(json.dumps(m))
+    lines = (d / "live.jsonl").read_text().splitlines()
+    (d / "live.jsonl").write_text("\n".join(lines[:3]) + "\n")  # the live phase cut after its first prompt
+    _sweep(zoo, d, "auto", resume=True)
+    kern = json.loads((d / "manifest.json").read_text())["kernels"]
+    assert kern["verify_pad"] == {"2": 5} and kern["pass_ms"] == {"1": 1.0, "2": 9.0, "5": 2.0}  # not re-measured
+    assert all(json.loads(x)["same_as_dense"] for x in (d / "live.jsonl").read_text().splitlines())
+
+
+@pytest.mark.parametrize(
+    "pad, extra, match", [("2:6", {}, "at most k \\+ 1"), ("2:4", {"exact_verify": True}, "exact")]
+)
+def test_a_pad_that_cannot_apply_is_refused(zoo, tmp_path, pad, extra, match):
+    with pytest.raises(HarnessError, match=match):
+        _sweep(zoo, tmp_path / "bad", pad, **extra)

@@ -62,6 +62,20 @@ def draft_features(conf: Sequence[float], entropy: Sequence[float]) -> tuple[flo
     return (float(row[0]), float(row[1]), float(row[2]), float(row[3]))
 
 
+def stopping_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
+    """The drafters of `drafters` whose manifest entry sets `stop_below` > 0: chain drafters that end a draft
+    early at a low-confidence token (harness/drafters/model.py), so that their logged draft length is known only
+    after they draft."""
+    out = []
+    for d in drafters:
+        e = (entries or {}).get(d) or {}
+        settings = e.get("settings") if isinstance(e, Mapping) else None
+        v = settings.get("stop_below") if isinstance(settings, Mapping) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out.append(d)
+    return tuple(out)
+
+
 def lookup_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
     """The drafters of `drafters` that are lookups, by a run manifest's drafter entries (`entries`).
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandit.stats import trajectory
-from bandit.logs.schema import Context, Policy, Timing, lookup_drafters
+from bandit.logs.schema import Context, Policy, Timing, lookup_drafters, stopping_drafters
 from bandit.logs.table import BlockTable
 from bandit.stats.trajectory import TrajectoryResult
 
@@ -116,7 +116,7 @@ def walk(
     D = len(t.drafters)
     policy.reset(t.drafters, t.workloads, run_timing(t) if timing is None else timing)
     full = bool(policy.full_information)
-    A, F, DL = t.accepted.astype(float), t.features, t.draft_len
+    A, F, DL = t.accepted.astype(float), t.features, context_lengths(t, timing)
     wl, pos_of = t.workload.tolist(), t.pos.tolist()
     nanD, nanF, all_obs, one_obs = np.full(D, np.nan), np.full((D, 4), np.nan), np.ones(D, bool), np.eye(D, dtype=bool)
     LF = np.where(lookup_flags(t, timing)[None, :, None], F, np.nan)  # the lookups' FEATURES, known before choosing
@@ -176,6 +176,29 @@ def lookup_flags(t: BlockTable, timing: Timing | None = None) -> np.ndarray:
     return np.array([d in set(names) for d in t.drafters], bool)
 
 
+def context_lengths(t: BlockTable, timing: Timing | None = None) -> np.ndarray:
+    """(R, D) the draft lengths a policy sees before choosing (Context.draft_len): the log's, except for a drafter
+    that stops its own chain early (`stop_below`, schema.stopping_drafters): its logged length is known only after it
+    drafts, and live it is told the length it is asked for, as every model drafter is. That is the longest draft of
+    the model drafters that do not stop (they draft what they are asked), else k capped by the tokens left."""
+    entries = t.manifests[0].get("drafters") if t.manifests else None
+    stop = [t.drafters.index(d) for d in stopping_drafters(t.drafters, entries)]
+    DL = t.draft_len
+    if not stop:
+        return DL
+    look = lookup_flags(t, timing)
+    full = [d for d in range(len(t.drafters)) if not look[d] and d not in stop]
+    if full:
+        asked = DL[:, full].max(1)
+    else:
+        k = int(t.manifests[0].get("k", DL.max(initial=0))) if t.manifests else int(DL.max(initial=0))
+        rem = trajectory.remaining(t)
+        asked = np.full(len(DL), k) if rem is None else np.clip(np.minimum(k, rem - 1), 0, None)
+    out = DL.copy()
+    out[:, stop] = asked[:, None].astype(DL.dtype)
+    return out
+
+
 def lookups_drafted(t: BlockTable) -> np.ndarray:
     """(R,) bool: the live engine drafts the lookups before choosing at this row of a dense log.
 
@@ -212,8 +235,8 @@ def live_walk(
     look_idx = np.flatnonzero(look).tolist()
     observe = getattr(policy, "observe_step", None) if timing.verify_ms else None
     vms = timing.verify(np.arange(int(t.draft_len.max(initial=0)) + 2)).tolist() if observe else []
-    A, F, DL = t.accepted.astype(float), t.features, t.draft_len
-    dl_list, wl, pos_of = DL.tolist(), t.workload.tolist(), t.pos.tolist()
+    A, F, DL = t.accepted.astype(float), t.features, context_lengths(t, timing)
+    dl_list, wl, pos_of = t.draft_len.tolist(), t.workload.tolist(), t.pos.tolist()
     rem, drafted = trajectory.remaining(t).tolist(), lookups_drafted(t).tolist()
     nanD, nanF = np.full(D, np.nan), np.full((D, 4), np.nan)
     starts, lengths = trajectory.prompt_rows(t)

@@ -47,7 +47,7 @@ from bandit.policies.registry import StepTime, make_policies
 from bandit.logs.schema import Context, Timing
 from bandit.logs.table import BlockTable
 from bandit.stats.trajectory import trajectory_oracle
-from bandit.policies.walk import block_rows, run_timing, walk
+from bandit.policies.walk import block_rows, context_lengths, run_timing, walk
 
 BASELINES = ("best_fixed", "workload_oracle", "per_block_oracle")
 
@@ -214,9 +214,9 @@ def regret_curve(
     nanD, nanF = np.full(D, np.nan), np.full((D, 4), np.nan)
     exp_r = np.empty(len(rows))
     wl, pr, ps = t.workload[rows].tolist(), t.prompt[rows].tolist(), t.pos[rows].tolist()
-    choose, update = policy.choose, policy.update
+    choose, update, DL = policy.choose, policy.update, context_lengths(t)
     for i, r in enumerate(rows.tolist()):
-        ctx = Context(wl[i], pr[i], ps[i], nanD, nanF, t.draft_len[r])
+        ctx = Context(wl[i], pr[i], ps[i], nanD, nanF, DL[r])
         d = choose(ctx)
         w = np.asarray(policy.w_)
         exp_r[i] = w @ tau[i] / w.sum()

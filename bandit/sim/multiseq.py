@@ -24,7 +24,7 @@ from bandit.stats import trajectory
 from bandit.policies.registry import SpecSelect
 from bandit.logs.schema import Context
 from bandit.logs.table import BlockTable
-from bandit.policies.walk import block_rows, run_timing
+from bandit.policies.walk import block_rows, context_lengths, run_timing
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def multi_sequence_replay(
     tokens, ms, share = np.zeros(t.n_prompts), np.zeros(t.n_prompts), np.zeros(t.n_prompts)
     nanD, nanF, allobs = np.full(D, np.nan), np.full((D, 4), np.nan), np.ones(D, bool)
     live: list[list] = []  # [prompt, cursor (row or index), prev_a, prev_f]
-    steps, total = 0, 0.0
+    steps, total, DL = 0, 0.0, context_lengths(t)  # what a policy sees before choosing (stop_below drafters)
     order.reverse()  # pop() from the end: prompts still come in `order`
     bar = tqdm(
         total=t.n_prompts,
@@ -95,10 +95,7 @@ def multi_sequence_replay(
             p = order.pop()
             live.append([p, 0 if seqs is not None else starts[p], nanD, nanF])
         rows = [seqs[p][c] if seqs is not None else c for p, c, _, _ in live]
-        ctxs = [
-            Context(int(t.workload[r]), p, int(t.pos[r]), pa, pf, t.draft_len[r])
-            for (p, _, pa, pf), r in zip(live, rows)
-        ]
+        ctxs = [Context(int(t.workload[r]), p, int(t.pos[r]), pa, pf, DL[r]) for (p, _, pa, pf), r in zip(live, rows)]
         picks = pol.choose_batch(ctxs) if fixed is None else [fixed] * len(live)
         pairs = []
         for (p, c, _, _), r, ctx, pick in zip(live, rows, ctxs, picks):

@@ -176,6 +176,10 @@ def run_sweep(
         options.fail(f"--kernels {kernels!r}: expected one of {', '.join(options.KERNEL_CHOICES)}")
     options.check(**opts, limit=limit, live_prompts=live_prompts, calibrate=calibrate, workers=workers, ray=ray)
     verify_pad = options.verify_pad(verify_pad)
+    if verify_pad and exact_verify:
+        options.fail("--verify-pad with --exact-verify: an exact verify feeds one token per forward, nothing to pad")
+    if verify_pad and verify_pad != "auto" and max(int(x.split(":")[1]) for x in verify_pad.split(",")) > k + 1:
+        options.fail(f"--verify-pad {verify_pad}: a verify is at most k + 1 = {k + 1} tokens; pad to no more")
     import workloads as wlmod
     from harness.models import lm
     from harness.drafters import parse_spec
@@ -240,6 +244,8 @@ def run_sweep(
         threads = max(1, options.CORES // (sh.count if sh else max(workers, 1) if ray else 1))
     plan.exact, plan.threads, plan.workloads, plan.kernels = exact_verify, threads, wl_names, kernels
     plan.verify_pad = verify_pad
+    if verify_pad == "auto" and resume and out is not None:  # measured once: a resumed run keeps its table
+        plan.verify_pad, plan.pad_ms = _recorded_pad(Path(out), verify_pad)
     if ray:
         from harness.campaign import raypool  # the optional extra: only a --ray sweep imports it
 
@@ -317,6 +323,20 @@ def _refuse_across_prompts(name, shard) -> None:
         "corpus=run), so shards would differ from one process; use corpus=prompt (the default of new runs), "
         f"or run without {'--shard' if shard else '--ray'}"
     )
+
+
+def _recorded_pad(out: Path, spec: str) -> tuple[str, dict | None]:
+    """The padding table an earlier session of the run measured (the manifest's kernels), as --verify-pad text, and
+    the forward times it came from; (spec, None) when there is none yet."""
+    import json
+
+    try:
+        kern = json.loads((out / "manifest.json").read_text()).get("kernels") or {}
+        table = {int(q): int(v) for q, v in kern["verify_pad"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return spec, None
+    text = ",".join(f"{q}:{table[q]}" for q in sorted(table))
+    return text or "none", kern.get("pass_ms")
 
 
 def _check_lengths(prompts, n_pos, max_new_tokens, k) -> None:

@@ -47,6 +47,7 @@ class Plan:
     kernels: str = "default"  # the linears' path (harness/models/kernels.py): default, auto (probe), aten, mkldnn, ...
     workloads: list[str] = field(default_factory=list)
     verify_pad: str | None = None  # "Q:Q',...": a one-chain verify of Q tokens runs as Q' (models/target.py); "auto"
+    pad_ms: dict | None = None  # the forward times an earlier session's "auto" table came from (kept on resume)
 
     def config(self) -> RunConfig:
         return RunConfig(
@@ -94,8 +95,8 @@ class Worker:
         (harness/decode/calibrate.py: the forwards of 1..k+1 tokens; each size run as the cheapest at or above it).
         Returns the measured forward times (auto) or None."""
         if spec != "auto":
-            self.target.pad = parse_pad(spec)
-            return None
+            self.target.pad = parse_pad(None if spec == "none" else spec)
+            return {int(q): v for q, v in self.plan.pad_ms.items()} if self.plan.pad_ms else None
         ms = time_passes(self.target.model, list(range(1, k + 2)))
         self.target.pad = check_pad(pad_table(ms))
         return ms

@@ -29,7 +29,8 @@ class ModelDrafter(Drafter):
     drafter's own distribution) is below c, that token kept, as transformers' assisted generation does with
     `assistant_confidence_threshold` (its default 0.4; transformers also adapts it as it goes, this does not).
     The forwards after that token are not run, so a live call costs fewer steps; a dense draft is the same
-    chain truncated by the same rule. 0, the default, never stops."""
+    chain truncated by the same rule (up to the rounding between a batched and a one-row forward, which can move a
+    stop when a confidence lies that close to c). 0, the default, never stops."""
 
     stop_below = 0.0  # set by _read_stop in a chain drafter's __init__
 
