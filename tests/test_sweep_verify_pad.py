@@ -83,3 +83,13 @@ def test_a_resumed_auto_run_keeps_the_table_it_measured(zoo, tmp_path):
 def test_a_pad_that_cannot_apply_is_refused(zoo, tmp_path, pad, extra, match):
     with pytest.raises(HarnessError, match=match):
         _sweep(zoo, tmp_path / "bad", pad, **extra)
+
+
+def test_a_shard_neither_measures_nor_records_a_table(zoo, tmp_path):
+    d = sweep.run_sweep(
+        target=str(zoo["target"]), drafter=[zoo["spec"]], workload_file=str(zoo["wl"]), out=str(tmp_path / "sh"),
+        k=4, max_new_tokens=24, quiet=True, live_prompts=2, live_policies="", verify_pad="auto", shard="0/2",
+    )  # fmt: skip
+    kern = json.loads((d / "manifest.json").read_text()).get("kernels") or {}
+    assert "verify_pad" not in kern and "pass_ms" not in kern  # the live phase's process measures its own
+    assert json.loads((d / "settings.json").read_text())["verify_pad"] == "auto"

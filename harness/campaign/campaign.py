@@ -243,8 +243,8 @@ def run_sweep(
     elif threads is None and device == "cpu":  # every core, shared among the processes that run side by side
         threads = max(1, options.CORES // (sh.count if sh else max(workers, 1) if ray else 1))
     plan.exact, plan.threads, plan.workloads, plan.kernels = exact_verify, threads, wl_names, kernels
-    plan.verify_pad = verify_pad
-    if verify_pad == "auto" and resume and out is not None:  # measured once: a resumed run keeps its table
+    plan.verify_pad = None if sh else verify_pad  # a shard runs dense work only, which never verifies one chain
+    if plan.verify_pad == "auto" and resume and out is not None:  # measured once: a resumed run keeps its table
         plan.verify_pad, plan.pad_ms = _recorded_pad(Path(out), verify_pad)
     if ray:
         from harness.campaign import raypool  # the optional extra: only a --ray sweep imports it
