@@ -303,11 +303,11 @@ def coverage_block(runs: Path) -> str:
             f"[{100 * lo:.1f}, {100 * hi:.1f}]% | {r['draws']} | {fmt_value(r.get('mean_width'))} |"
         )
     made, now = cov.get("code_version"), analyses_version(runs)
-    if made and now and made != now:  # the study takes an hour: it may lag a change to the analyses
+    if made and now and made != now:  # the study takes an hour: it and the analyses may come from different code
         out += [
             "",
-            f"(This study was made by code version {made}; the entries above by {now}. Until "
-            "`python bench/coverage.py` runs again, its truths and coverages are those of the earlier code.)",
+            f"(This study was made by code version {made}; the entries above by {now}. Where the interval code "
+            "differs between the two, the coverages are those of the study's version.)",
         ]
     return "\n".join(out)
 
