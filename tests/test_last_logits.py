@@ -35,3 +35,16 @@ def test_plain_decoding_without_features_decodes_the_same_tokens():
         y, feats, _ = t.generate(p, 40, 0)
         y2, none, _ = t.generate(p, 40, 0, feats=False)
         assert y2 == y and none is None and feats.shape[0] == len(p) + len(y) - 1
+
+
+def test_a_lean_model_seen_first_does_not_decide_for_its_class(monkeypatch):
+    from harness.models import fastpath
+
+    monkeypatch.setattr(lm, "_KEEP", {})  # as in a fresh process whose first model of the class runs the lean forward
+    lean, tok = lm.load_lm(ROOT / "zoo" / "target"), lm.load_tokenizer(ROOT / "zoo" / "target")
+    ids = torch.tensor(tok("def f(x):\n    return x + 1\n")["input_ids"])
+    if not fastpath.install(lean):
+        return  # a transformers the lean forward does not follow: nothing to order
+    assert lm.forward(lean, ids, lm.new_cache(), last_logits=True)[0].shape[0] == 1
+    plain = lm.load_lm(ROOT / "zoo" / "target")
+    assert lm.forward(plain, ids, lm.new_cache(), last_logits=True)[0].shape[0] == 1

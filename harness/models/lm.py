@@ -440,9 +440,11 @@ _KEEP: dict = {}  # model class -> whether its forward takes logits_to_keep
 
 
 def _keeps_logits(model) -> bool:
+    """Whether the model's class takes logits_to_keep. Read from the class, not the instance: the answer is cached
+    per class, and an instance's own forward (the lean one, `(*args, **kw)`) would answer for every instance."""
     keep = _KEEP.get(type(model))
     if keep is None:
-        keep = _KEEP.setdefault(type(model), "logits_to_keep" in inspect.signature(model.forward).parameters)
+        keep = _KEEP.setdefault(type(model), "logits_to_keep" in inspect.signature(type(model).forward).parameters)
     return keep
 
 
