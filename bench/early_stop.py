@@ -44,23 +44,15 @@ DEFAULT_RUN = REPO / (published_campaign() or "runs")
 STATS = ("speedup", "speedup_stop", "stop_over_full", "tokens_per_pass", "tokens_per_pass_stop")
 
 
-def _json_file(path: Path) -> dict:
-    try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
-    if not isinstance(obj, dict):
-        raise InputError(f"{path}: not a JSON object")
-    return obj
-
-
 def read_run(run: Path) -> tuple[dict, list[tuple[str, str]], dict]:
     """(manifest with the run's settings.json under "settings", the live sample in decode order,
     {(workload, prompt_id): (prompt ids, dense output ids)})."""
-    manifest = _json_file(run / "manifest.json")
+    from harness.campaign.shards import read_json
+
+    manifest = read_json(run / "manifest.json") or {}
     if not isinstance(manifest.get("drafters"), dict):
         raise InputError(f"{run}/manifest.json: no drafters")
-    manifest["settings"] = _json_file(run / "settings.json")
+    manifest["settings"] = read_json(run / "settings.json") or {}
     for key in ("k", "max_new_tokens", "temperature", "seed", "dtype", "device"):
         if key not in manifest["settings"]:
             raise InputError(f"{run}/settings.json: no {key}")
@@ -99,12 +91,12 @@ def chosen(sample, workloads: list[str] | None, per_workload: int | None) -> lis
 
 
 def parse_pad(text: str | None) -> dict[int, int]:
-    """--pad Q:Q'[,...] -> {Q: Q'} (harness.models.target.parse_pad), a bad one a UsageError."""
+    """--pad Q:Q'[,...] -> {Q: Q'} (harness.models.options.pad_of), a bad one a UsageError."""
+    from harness.models import options
     from harness.models.lm import HarnessError
-    from harness.models.target import parse_pad as parse
 
     try:
-        return parse(text, "--pad")
+        return options.pad_of(text, "--pad")
     except HarnessError as e:
         raise UsageError(str(e)) from None
 
@@ -133,11 +125,11 @@ def decode(
     outputs: dict,
     threads: int | None,
     progress=None,
-    pad=None,
-    auto_pad=False,
+    verify_pad: str | None = None,
 ):
     """(live.jsonl-shaped lines of plain and each spec's fixed configuration, taking turns on every prompt; the
-    worker's info: hardware and kernels). The run's settings: k, output length, temperature, seed, dtype, device."""
+    worker's info: hardware and kernels). The run's settings: k, output length, temperature, seed, dtype, device;
+    `verify_pad`: the worker's padding (harness/campaign/worker.py: a table, or "auto", measured by the worker)."""
     from harness.campaign.worker import Plan, Worker
     from harness.decode import livephase
     from harness.drafters import parse_spec
@@ -158,9 +150,9 @@ def decode(
         dtype=str(st["dtype"]),
         threads=threads or hw.get("threads"),
         kernels=kern.get("requested") or "default",
-        verify_pad="auto" if auto_pad else ",".join(f"{q}:{v}" for q, v in (pad or {}).items()) or None,
+        verify_pad=verify_pad,
     )
-    w = Worker(plan)  # --pad auto: the worker measures its table (harness/decode/calibrate.py pad_table)
+    w = Worker(plan)
     kern = w.info["kernels"]
     w.info["verify_pad"], w.info["pass_ms"] = kern.get("verify_pad", {}), kern.get("pass_ms")
     lines = []
@@ -358,7 +350,7 @@ def main(argv=None) -> None:
 
     t0 = time.time()
     with tqdm(total=len(prompts), desc="early stop, live", unit="prompt", file=sys.stderr) as bar:
-        lines, info = decode(manifest, specs, prompts, outputs, a.threads, bar.update, pad, a.pad == "auto")
+        lines, info = decode(manifest, specs, prompts, outputs, a.threads, bar.update, a.pad)
     pad = {int(q): v for q, v in info["verify_pad"].items()}
     bad = [r for r in lines if not r["same_as_dense"]]
     if bad:

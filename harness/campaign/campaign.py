@@ -178,7 +178,7 @@ def run_sweep(
     verify_pad = options.verify_pad(verify_pad)
     if verify_pad and exact_verify:
         options.fail("--verify-pad with --exact-verify: an exact verify feeds one token per forward, nothing to pad")
-    if verify_pad and verify_pad != "auto" and max(int(x.split(":")[1]) for x in verify_pad.split(",")) > k + 1:
+    if verify_pad and verify_pad != "auto" and max(options.pad_of(verify_pad).values()) > k + 1:
         options.fail(f"--verify-pad {verify_pad}: a verify is at most k + 1 = {k + 1} tokens; pad to no more")
     import workloads as wlmod
     from harness.models import lm
@@ -328,12 +328,12 @@ def _refuse_across_prompts(name, shard) -> None:
 def _recorded_pad(out: Path, spec: str) -> tuple[str, dict | None]:
     """The padding table an earlier session of the run measured (the manifest's kernels), as --verify-pad text, and
     the forward times it came from; (spec, None) when there is none yet."""
-    import json
+    from harness.campaign.shards import read_json
 
+    kern = (read_json(out / "manifest.json") or {}).get("kernels") or {}
     try:
-        kern = json.loads((out / "manifest.json").read_text()).get("kernels") or {}
         table = {int(q): int(v) for q, v in kern["verify_pad"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return spec, None
     text = ",".join(f"{q}:{table[q]}" for q in sorted(table))
     return text or "none", kern.get("pass_ms")

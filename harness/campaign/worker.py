@@ -25,7 +25,7 @@ from ..drafters import DrafterEnv, DrafterSpec, build_drafters
 from ..decode.engine import Engine, RunConfig
 from ..models.lm import HarnessError
 from .manifest import hardware
-from ..models.target import Target, check_pad, parse_pad
+from ..models.target import Target, check_pad
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Worker:
         )
         self.drafters = self._built()
         self.target = Target(model, self.tok, plan.device, plan.temperature, exact=plan.exact)
-        pass_ms = self._pad(plan.verify_pad, plan.k)
+        pass_ms = self._pad()
         self.engine = Engine(self.target, self.drafters, plan.config(), policy, plan.workloads, check=True)
         self.id = f"{socket.gethostname()}:{os.getpid()}-{uuid.uuid4().hex[:6]}"  # unique across sessions
         self.info = self._info(model)
@@ -90,14 +90,15 @@ class Worker:
             self.info["kernels"] = {**self.info["kernels"], **pad}
         self.where = {"host": socket.gethostname(), "device": plan.device, "gpu": self.info["hardware"]["gpu"]}
 
-    def _pad(self, spec: str | None, k: int) -> dict | None:
-        """The target's verification padding: a table as given, or "auto", measured here on the loaded target
-        (harness/decode/calibrate.py: the forwards of 1..k+1 tokens; each size run as the cheapest at or above it).
-        Returns the measured forward times (auto) or None."""
-        if spec != "auto":
-            self.target.pad = parse_pad(None if spec == "none" else spec)
-            return {int(q): v for q, v in self.plan.pad_ms.items()} if self.plan.pad_ms else None
-        ms = time_passes(self.target.model, list(range(1, k + 2)))
+    def _pad(self) -> dict | None:
+        """The target's verification padding (plan.verify_pad): a table as given, or "auto", measured here on the
+        loaded target (harness/decode/calibrate.py: the forwards of 1..k+1 tokens; each size run as the cheapest at
+        or above it). Returns the forward times the table came from (measured, or kept from an earlier session)."""
+        plan = self.plan
+        if plan.verify_pad != "auto":
+            self.target.pad = check_pad(options.pad_of(plan.verify_pad))
+            return {int(q): v for q, v in plan.pad_ms.items()} if plan.pad_ms else None
+        ms = time_passes(self.target.model, list(range(1, plan.k + 2)))
         self.target.pad = check_pad(pad_table(ms))
         return ms
 

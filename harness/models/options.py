@@ -107,17 +107,28 @@ def device(value: str, here: bool = True) -> None:
         fail(f"--device {value}: this machine has {n} CUDA device(s): cuda:0..cuda:{n - 1}")
 
 
-def verify_pad(text: str | None) -> str | None:
-    """--verify-pad: None, "auto" or Q:Q'[,...] with 2 <= Q < Q' <= 4096 (normalised: sorted, no spaces)."""
-    if text is None or text.strip() in ("", "auto"):
-        return (text or "").strip() or None
+def verify_pad(text: str | None, where: str = "--verify-pad") -> str | None:
+    """--verify-pad: "auto", or Q:Q'[,...] with 2 <= Q < Q' <= 4096 (normalised: sorted, no spaces); None, "" and
+    "none": no padding (None)."""
+    if text is None or text.strip() in ("", "none"):
+        return None
+    if text.strip() == "auto":
+        return "auto"
     table = {}
     for item in filter(None, text.split(",")):
         q, _, to = item.partition(":")
         if not (q.strip().isdigit() and to.strip().isdigit() and 2 <= int(q) < int(to) <= 4096) or int(q) in table:
-            fail(f"--verify-pad {text}: {item!r}: expected auto, or Q:Q' with 2 <= Q < Q' <= 4096, each Q once")
+            fail(f"{where} {text}: {item!r}: expected auto, or Q:Q' with 2 <= Q < Q' <= 4096, each Q once")
         table[int(q)] = int(to)
     return ",".join(f"{q}:{table[q]}" for q in sorted(table)) or None
+
+
+def pad_of(text: str | None, where: str = "--verify-pad") -> dict[int, int]:
+    """A padding table's text (verify_pad's form, not "auto") -> {Q: Q'}; {} for no padding."""
+    norm = verify_pad(text, where)
+    if norm == "auto":
+        fail(f"{where} auto: a table is needed here, not auto")
+    return {int(q): int(to) for q, to in (x.split(":") for x in norm.split(","))} if norm else {}
 
 
 def check(*, k, max_new_tokens, temp, seed_, threads, device_, limit, live_prompts, calibrate, workers, ray) -> None:

@@ -69,18 +69,6 @@ def check_pad(pad: dict | None, where: str = "pad") -> dict[int, int]:
     return out
 
 
-def parse_pad(text: str | None, where: str = "--verify-pad") -> dict[int, int]:
-    """ "Q:Q'[,...]" -> {Q: Q'}, checked (check_pad); None or "": no padding."""
-    out = {}
-    for item in filter(None, (text or "").split(",")):
-        q, _, to = item.partition(":")
-        try:
-            out[int(q)] = int(to)
-        except ValueError:
-            raise lm.HarnessError(f"{where} {text}: {item!r} is not Q:Q' (two integers)") from None
-    return check_pad(out, where)
-
-
 class Target:
     def __init__(
         self,
@@ -226,14 +214,17 @@ class Target:
         the tokens before it: the causal mask (`lm.forward(causal=True)`: from a template, no allow matrix)
         and the default positions after the cache. The same spans as `_forward_tree`."""
         toks = trunk + chain
-        q, c0 = len(toks), lm.cache_len(cache)
-        toks = toks + toks[-1:] * (self.pad.get(q, q) - q)
+        q = len(toks)
+        extra = self.pad.get(q, q) - q
+        if extra:
+            c0 = lm.cache_len(cache)
+            toks = toks + toks[-1:] * extra
         ids = torch.tensor(toks, device=self.device)
         if taps is None:
             logits, feats = lm.forward(self.model, ids, cache, hidden=True, causal=True)
         else:
             logits, feats = lm.forward(self.model, ids, cache, taps=taps, causal=True)
-        if len(toks) > q:  # the padding's rows and cache entries go; no real row attended to them
+        if extra:  # the padding's rows and cache entries go; no real row attended to them
             lm.crop(cache, c0 + q)
             logits, feats = logits[:q], _rows(feats, 0, q)
         return logits, feats, [(len(trunk), len(chain))]
