@@ -137,13 +137,14 @@ class ReplaySummary:
     def summary(self) -> str:
         tag = f"[{self.label}]" if self.label != "UNLABELLED" else "[unlabelled]"
         width = max(10, *(len(w) for w in self.workloads)) + 2
+        col = [max(10, len(d) + 2) for d in self.drafters]  # a long name stays apart from the one before it
         lines = [f"{tag} block set B: {self.block_set}"]
 
         def grid(title: str, tab: np.ndarray, extra: np.ndarray | None, pooled: np.ndarray | None) -> None:
             lines.append(title)
             lines.append(
                 "workload".ljust(width)
-                + "".join(f"{d:>10s}" for d in self.drafters)
+                + "".join(f"{d:>{c}s}" for d, c in zip(self.drafters, col))
                 + (f"{'blocks':>8s}" if extra is not None else "")
             )
             for i, w in enumerate(self.workloads):
@@ -151,11 +152,11 @@ class ReplaySummary:
                 star = int(np.nanargmax(row)) if np.isfinite(row).any() else -1  # a workload with no blocks: none
                 lines.append(
                     w.ljust(width)
-                    + "".join(f"{x:>9.3f}{'*' if j == star else ' '}" for j, x in enumerate(row))
+                    + "".join(f"{x:>{col[j] - 1}.3f}{'*' if j == star else ' '}" for j, x in enumerate(row))
                     + (f"{int(extra[i]):>8d}" if extra is not None else "")
                 )
             if pooled is not None:
-                lines.append("pooled".ljust(width) + "".join(f"{x:>9.3f} " for x in pooled))
+                lines.append("pooled".ljust(width) + "".join(f"{x:>{c - 1}.3f} " for x, c in zip(pooled, col)))
 
         if self.trajectory is not None:
             tp = np.array([self.trajectory[d] for d in self.drafters])

@@ -319,3 +319,18 @@ def test_shipped_sim_campaign_is_reproducible(tmp_path):
     path = write_sim_run(SimConfig(), tmp_path / "sim")
     assert path.read_bytes() == (shipped / "blocks_sim.jsonl.gz").read_bytes()
     assert (tmp_path / "sim" / "manifest.json").read_text() == (shipped / "manifest.json").read_text()
+
+
+def test_summary_grids_keep_long_drafter_names_apart():
+    """A drafter name longer than a column (eagle3_stop beside eagle3) printed as one word in the grids' header
+    ("eagle3eagle3_stop"): every header and row must split on whitespace into one field per column."""
+    rng = np.random.default_rng(0)
+    t = _dense_table([rng.integers(0, 5, (12, 3)) for _ in range(4)], [0, 0, 1, 1])
+    names = ("eagle3", "eagle3_stop", "suffix_arctic_long_name")
+    s = summarize(replace(t, drafters=names)).summary().splitlines()
+    heads = [i for i, line in enumerate(s) if line.startswith("workload")]
+    assert len(heads) == 2  # the trajectory grid and the block-set grid
+    for i in heads:
+        assert s[i].split()[1:4] == list(names)
+        for row in s[i + 1 : i + 4]:  # two workloads and pooled: a label and one number (starred or not) a column
+            assert len(row.split()) >= 1 + len(names), row
