@@ -449,8 +449,8 @@ def shown_section(runs: Path) -> str:
         [
             title(runs, "a further campaign"),
             "Shown because paper/shown.txt names it, in short: its live verdicts, their provenance and its token "
-            "proxies. The selector, wall-clock and coverage tables above, paper/draft.md and NEGATIVE_RESULTS.md "
-            "describe the published campaign only.",
+            "proxies. The selector, wall-clock and coverage tables above and paper/draft.md describe the published "
+            "campaign only; NEGATIVE_RESULTS.md quotes a further campaign by its alias in paper/shown.txt.",
             live_block(by, runs, args),
             provenance(by, runs, args),
             headline_table(by),

@@ -255,9 +255,13 @@ def test_trainers_write_what_the_harness_loads(tiny, data):
     run.mkdir()
     m = {"target": {"path": "t", "sha256": "x"},
          "drafters": {"e3": {"kind": "eagle3", "sha256": lm.weights_sha256(out / "eagle3")},
-                      "df": {"kind": "dflash", "sha256": lm.weights_sha256(out / "dflash")}}}  # fmt: skip
+                      "df": {"kind": "dflash", "sha256": lm.weights_sha256(out / "dflash")},
+                      "e3_stop": {"kind": "eagle3", "sha256": lm.weights_sha256(out / "eagle3")}}}  # fmt: skip
     lines = runcard.copy_heads(run, [out / "eagle3", out / "dflash"], m)
     assert len(lines) == 2 and all("generated tokens" in x and "[MEASURED]" in x for x in lines)
+    # two drafters on one set of weights (a stop rule beside the plain head): the card is the first's, and says so
+    assert sorted(p.name for p in (run / "cards").glob("*.json")) == ["df.json", "e3.json"]
+    assert [x for x in lines if "also the weights of `e3_stop`" in x] == [x for x in lines if x.startswith("- `e3`")]
     assert json.loads((run / "cards" / "e3.json").read_text())["vocab_sizes"] == info["vocab_sizes"]
     assert "Draft vocabulary" in (run / "cards" / "e3.md").read_text()
 

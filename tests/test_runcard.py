@@ -84,3 +84,23 @@ def test_a_runs_copy_of_a_card_names_no_machines_path(tmp_path):
     assert got["path"] == "$SPECBANDIT_MODELS/smollm2-heads/eagle"
     assert got["sha256"]["weights"] == "w" * 64 and got["target"] == {**card["target"], **m["target"]}
     assert got["heldout_acceptance"] == card["heldout_acceptance"]  # the numbers as the trainer measured them
+
+
+def test_a_padded_live_phase_is_on_the_card():
+    """A campaign whose live verifies ran padded (`kernels.verify_pad`) says so with the table and the times it was
+    chosen from; one without padding (the zoo's) has no such line."""
+    m = json.loads((REPO / "runs" / "smollm2-20261205b" / "manifest.json").read_text())
+    pad = m["kernels"]["verify_pad"]
+    line = [x for x in runcard.target_lines(m) if "padded" in x]
+    assert len(line) == 1 and all(f"{q} as {p}" in line[0] for q, p in pad.items()) and pad
+    assert all(f"{q}: {ms}" in line[0] for q, ms in m["kernels"]["pass_ms"].items())
+    zoo = json.loads((ZOO / "manifest.json").read_text())
+    assert not [x for x in runcard.target_lines(zoo) if "padded" in x]
+
+
+def test_a_card_whose_run_only_resumed_says_steps_not_zero_seconds():
+    """A trainer's card written by a run that found its training finished (`--stage eval`) has train_wall_s 0: the
+    campaign card gives its steps, not "trained 0 s"; a card that trained says its time."""
+    assert runcard._trained({"train_wall_s": 0.0, "resumed_at": 1600, "steps": 1600}).startswith("1600 steps")
+    assert runcard._trained({"train_wall_s": 264.4, "resumed_at": 0, "steps": 1600}) == "264 s"
+    assert runcard._trained({"train_wall_s": 0.0, "resumed_at": 0, "steps": 0}) == "0 s"

@@ -80,6 +80,14 @@ def target_lines(m: dict) -> list[str]:
             f"- converted from `{src['file']}` (package `{src.get('package')}` {src.get('version')}), sha256 "
             f"`{src['sha256']}` (`python -m harness.gguf`, dequantized to {src.get('dtype', 'float32')})"
         )
+    k = m.get("kernels") or {}
+    if k.get("verify_pad"):  # the live phase's verifies ran padded: its speeds are those of the padded forwards
+        pads = ", ".join(f"{q} as {p}" for q, p in sorted(k["verify_pad"].items(), key=lambda x: int(x[0])))
+        times = ", ".join(f"{q}: {ms}" for q, ms in sorted((k.get("pass_ms") or {}).items(), key=lambda x: int(x[0])))
+        lines.append(
+            f"- live verify forwards padded (`sweep.py --verify-pad`): {pads} tokens"
+            + (f"; one forward's ms by tokens, timed at start-up: {times}" if times else "")
+        )
     return lines
 
 
@@ -103,7 +111,10 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
     """Each head card into RUN/cards/<drafter name>.{md,json}, matched to the manifest's drafter by the weights'
     identity (a card whose weights no drafter of the run used is refused); then every card RUN/cards holds (those
     copied earlier too, whose weights may be gone) written again as the run shows it (`run_copy`), and a line each."""
-    by_sha = {d.get("sha256"): n for n, d in m["drafters"].items() if d.get("sha256")}
+    by_sha: dict[str, str] = {}
+    for n, d in m["drafters"].items():  # drafters sharing weights (eagle3, eagle3_stop): the card is the first's
+        if d.get("sha256"):
+            by_sha.setdefault(d["sha256"], n)
     dest = run / "cards"
     for h in heads:
         ident = lm.weights_sha256(h)  # the weights' identity now (harness/models/identity.py), not as recorded
@@ -122,14 +133,16 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
         if m["drafters"][name].get("identity"):  # the recorded hash is of another scheme: the card says which
             info["identity"] = m["drafters"][name]["identity"]
         _card(dest, info, f, f.with_suffix(".md"))
+        same = [n for n, d in m["drafters"].items() if n != name and d.get("sha256") == info["sha256"]["weights"]]
+        also = f" (also the weights of {', '.join(f'`{n}`' for n in same)})" if same else ""
         if "card" in info:  # a card of the self-distillation trainers
             what, mean, prompts = distill_train.summary(info, 4)
             lines.append(
-                f"- `{name}` ({info['kind']}, {what}): trained {info['train_wall_s']:.0f} s on "
+                f"- `{name}` ({info['kind']}, {what}): trained {_trained(info)} on "
                 f"{info['data']['generated_tokens']:,} generated tokens ({info['data']['sequences']:,} sequences, "
                 f"zoo.distill); held-out mean accepted length at k=4: "
                 + (f"{mean:.3f}" if mean is not None else "-")
-                + f" over {prompts} prompts [MEASURED]; card `cards/{name}.md`"
+                + f" over {prompts} prompts [MEASURED]; card `cards/{name}.md`{also}"
             )
             continue
         acc = info["heldout_acceptance"]
@@ -138,9 +151,17 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
             f"{info['train_wall_s']:.0f} s on {info['data']['train_prompts']} prompts "
             f"({info['data']['train_tokens']:,} tokens); held-out mean accepted length at k={acc['k']}: "
             + (f"{acc['mean']:.3f}" if acc["mean"] is not None else "-")
-            + f" over {acc['prompts']} prompts [MEASURED]; card `cards/{name}.md`"
+            + f" over {acc['prompts']} prompts [MEASURED]; card `cards/{name}.md`{also}"
         )
     return lines
+
+
+def _trained(info: dict) -> str:
+    """Training time as a card records it; a card whose last run only resumed a finished training (`--stage eval`)
+    records no time: its steps instead of "0 s"."""
+    if info["train_wall_s"] or not info.get("steps") or info.get("resumed_at") != info["steps"]:
+        return f"{info['train_wall_s']:.0f} s"
+    return f"{info['steps']} steps (time not recorded: the card's run resumed a finished training)"
 
 
 def _card(d: Path, info: dict, json_file: Path, md_file: Path) -> None:
