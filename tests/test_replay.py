@@ -332,5 +332,6 @@ def test_summary_grids_keep_long_drafter_names_apart():
     assert len(heads) == 2  # the trajectory grid and the block-set grid
     for i in heads:
         assert s[i].split()[1:4] == list(names)
-        for row in s[i + 1 : i + 4]:  # two workloads and pooled: a label and one number (starred or not) a column
-            assert len(row.split()) >= 1 + len(names), row
+        ends = [s[i].index(n) + len(n) for n in names]  # each name's right edge in the header
+        for row in s[i + 1 : i + 4]:  # two workloads and pooled: each number (and its star's place) under its name
+            assert [row[e - 1] in "* " and row[e - 2].isdigit() for e in ends] == [True] * len(names), row

@@ -148,7 +148,7 @@ def copy_heads(run: Path, heads: list[Path], m: dict) -> list[str]:
         acc = info["heldout_acceptance"]
         lines.append(
             f"- `{name}` ({info['kind']}): trained "
-            f"{info['train_wall_s']:.0f} s on {info['data']['train_prompts']} prompts "
+            f"{_trained(info)} on {info['data']['train_prompts']} prompts "
             f"({info['data']['train_tokens']:,} tokens); held-out mean accepted length at k={acc['k']}: "
             + (f"{acc['mean']:.3f}" if acc["mean"] is not None else "-")
             + f" over {acc['prompts']} prompts [MEASURED]; card `cards/{name}.md`{also}"
