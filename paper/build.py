@@ -241,7 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     stale = [p for p, text in targets.items() if not p.exists() or p.read_text() != text]
     if a.check:
         return check(runs, others, stale)
-    for p in outputs.write_all(list(targets.items())):
+    # every stale text is written whole: unlike an analysis output, a text quotes the code-version stamps of the
+    # outputs it reads, so a stamp-only change is a change (outputs.write_all keeps such a file, and --check would
+    # call it stale for ever)
+    for p in outputs.write_all([(p, text) for p, text in targets.items() if p in stale], stamps=True):
         print(f"wrote {p.relative_to(ROOT)}")
     return 0
 

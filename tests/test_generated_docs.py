@@ -236,3 +236,19 @@ def test_a_malformed_or_repeated_alias_is_refused(build, tmp_path, monkeypatch, 
     monkeypatch.setattr(build, "SHOWN_FILE", tmp_path / "shown.txt")
     with pytest.raises(SystemExit, match=re.escape(why)):
         build.aliases()
+
+
+def test_a_stamp_only_change_is_written_so_check_then_passes(layout):
+    """The texts quote the code-version stamps of the outputs they read: a RESULTS.md whose only difference from
+    the generated one is such a stamp is rewritten by the build, and --check then passes (it did not: the build
+    kept stamp-only changes, as analysis outputs do, and --check called the file stale for ever)."""
+    assert layout().returncode == 0
+    results = layout.root / "RESULTS.md"
+    text = results.read_text()
+    stamp = re.search(r"\(code (0\.1\.0\+g[0-9a-f]{12})\)", text).group(1)
+    results.write_text(text.replace(stamp, "0.1.0+g000000000000", 1))
+    assert "stale: RESULTS.md" in layout("--check").stdout
+    r = layout()
+    assert r.returncode == 0 and "wrote RESULTS.md" in r.stdout, r.stdout + r.stderr
+    assert results.read_text() == text
+    assert "stale: RESULTS.md" not in layout("--check").stdout  # (the copy's command paths differ: not its exit)

@@ -264,17 +264,18 @@ def same_numbers(path: Path, data: bytes) -> bool:
     return old == data or STAMP.sub(rb"\1+g", old) == STAMP.sub(rb"\1+g", data)
 
 
-def write_all(files: Sequence[tuple[Path, bytes | str]], report: str = "") -> list[Path]:
+def write_all(files: Sequence[tuple[Path, bytes | str]], report: str = "", stamps: bool = False) -> list[Path]:
     """Write every (path, content) through bandit/logs/safeio.py; none if any path is a symlink. A file system refusal
     raises WriteFailed carrying `report` (so a command prints what it computed before the error line). A file whose
-    content differs only in its code-version stamp is left untouched (`same_numbers`)."""
+    content differs only in its code-version stamp is left untouched (`same_numbers`), unless `stamps` (a text that
+    quotes other files' stamps, as paper/build.py's do: there a stamp is content)."""
     try:
         for path, _ in files:
             if Path(path).is_symlink():
                 raise FileExistsError(17, "a symlink stands there: not written through", str(path))
         for path, content in files:
             data = encode(content) if isinstance(content, str) else content
-            if same_numbers(Path(path), data):
+            if not stamps and same_numbers(Path(path), data):
                 continue
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             write_file(Path(path), lambda f, d=data: f.write(d))
