@@ -347,8 +347,8 @@ def main(
     if dest is None:
         return said + text + why + "\n"
     csv, png = plot_files(r, cmd)
-    outputs.write_all(list(zip(files, (text, png, csv))), said + text)
-    return said + text + f"wrote {files[0]}, {files[1]} and {files[2]}\n"
+    done = outputs.write_all(list(zip(files, (text, png, csv))), said + text)
+    return said + text + outputs.wrote(files, done)
 
 
 if __name__ == "__main__":

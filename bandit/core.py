@@ -237,8 +237,7 @@ def main(
     if dest is None:
         builtins.print(why)
     else:
-        outputs.write_all([(dest, text)])
-        builtins.print(f"wrote {dest}")
+        builtins.print(outputs.wrote([dest], outputs.write_all([(dest, text)])), end="")
     return text
 
 

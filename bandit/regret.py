@@ -241,7 +241,8 @@ def main(
     if dest is None:
         typer.echo(why)
         return
-    outputs.write_all(list(zip(files, (outputs.dumps(r | {"command": cmd}) + "\n", text, figure(r, cmd)))), text)
+    done = outputs.write_all(list(zip(files, (outputs.dumps(r | {"command": cmd}) + "\n", text, figure(r, cmd)))), text)
+    typer.echo(outputs.wrote(files, done), nl=False)
 
 
 if __name__ == "__main__":

@@ -403,8 +403,7 @@ def main(
     )
     if dest is None:
         return text + why + "\n"
-    outputs.write_all([(dest, text)], text)
-    return text + f"wrote {dest}\n"
+    return text + outputs.wrote([dest], outputs.write_all([(dest, text)], text))
 
 
 if __name__ == "__main__":

@@ -290,8 +290,8 @@ def main(
         return text + why + "\n"
     csv, png = frontier_files(t, cmd)
     d = dest.parent
-    outputs.write_all([(d / FILES[0], text), (d / FILES[1], csv), (d / FILES[2], png)], text)
-    return text + f"wrote {d / FILES[0]}, {d / FILES[2]} and {d / FILES[1]}\n"
+    done = outputs.write_all([(d / FILES[0], text), (d / FILES[1], csv), (d / FILES[2], png)], text)
+    return text + outputs.wrote([d / FILES[0], d / FILES[2], d / FILES[1]], done)
 
 
 def cli(

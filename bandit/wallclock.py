@@ -359,8 +359,8 @@ def main(paths=(), out: Path | None = None, n_resamples: int = 2000, seed: int =
         return said + text + why + "\n"
     obj = r.to_json(code_version("bandit")) | {"command": cmd}
     data = json.dumps(obj, indent=2, allow_nan=False) + "\n"
-    outputs.write_all(list(zip(files, (data, text, plot_png(r, cmd)))), said + text)
-    return said + text + f"wrote {files[0]}, {files[1]} and {files[2]}\n"
+    done = outputs.write_all(list(zip(files, (data, text, plot_png(r, cmd)))), said + text)
+    return said + text + outputs.wrote(files, done)
 
 
 if __name__ == "__main__":

@@ -264,8 +264,8 @@ def study(t: BlockTable, studies: Sequence[str], units: Sequence[str], args, t0:
     if getattr(args, "command", None):
         res["command"] = args.command
     out = pathlib.Path(args.out)
-    outputs.write_all([(out, json.dumps(res, indent=1, sort_keys=True, allow_nan=False) + "\n")])
-    print(f"wrote {out} ({time.perf_counter() - t0:.0f} s)")
+    done = outputs.write_all([(out, json.dumps(res, indent=1, sort_keys=True, allow_nan=False) + "\n")])
+    print(f"{outputs.wrote([out], done).strip()} ({time.perf_counter() - t0:.0f} s)")
     return res
 
 

@@ -30,3 +30,16 @@ def test_the_stamp_is_the_only_thing_ignored(tmp_path):
     assert outputs.same_numbers(p, b"code 0.1.0+gbbbbbbbbbbbb v 2")
     assert not outputs.same_numbers(p, b"code 0.1.0+gbbbbbbbbbbbb v 3")
     assert not outputs.same_numbers(p, b"code 0.2.0+gaaaaaaaaaaaa v 2")  # a package version is not a stamp
+
+
+def test_a_command_says_what_it_wrote_and_what_it_kept(tmp_path):
+    """write_all returns only the files it wrote: a rerun that keeps a shipped file must not say it wrote it."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("v 2; code 0.1.0+gaaaaaaaaaaaa\n")
+    done = outputs.write_all([(a, "v 2; code 0.1.0+gbbbbbbbbbbbb\n"), (b, "v 3\n")])
+    assert done == [b] and a.read_text() == "v 2; code 0.1.0+gaaaaaaaaaaaa\n"
+    assert outputs.wrote([a, b], done) == f"wrote {b}; kept {a}: the same numbers\n"
+    assert outputs.wrote([a, b], []) == f"kept {a} and {b}: the same numbers\n"
+    c = tmp_path / "c.txt"
+    assert outputs.wrote([a, b, c], [a, b, c]) == f"wrote {a}, {b} and {c}\n"
+    assert outputs.write_all([(a, "v 2; code 0.1.0+gbbbbbbbbbbbb\n")], stamps=True) == [a]

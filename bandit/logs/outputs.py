@@ -268,7 +268,9 @@ def write_all(files: Sequence[tuple[Path, bytes | str]], report: str = "", stamp
     """Write every (path, content) through bandit/logs/safeio.py; none if any path is a symlink. A file system refusal
     raises WriteFailed carrying `report` (so a command prints what it computed before the error line). A file whose
     content differs only in its code-version stamp is left untouched (`same_numbers`), unless `stamps` (a text that
-    quotes other files' stamps, as paper/build.py's do: there a stamp is content)."""
+    quotes other files' stamps, as paper/build.py's do: there a stamp is content). Returns the paths written, not
+    those left untouched (`wrote` says which were which)."""
+    written = []
     try:
         for path, _ in files:
             if Path(path).is_symlink():
@@ -279,9 +281,24 @@ def write_all(files: Sequence[tuple[Path, bytes | str]], report: str = "", stamp
                 continue
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             write_file(Path(path), lambda f, d=data: f.write(d))
+            written.append(Path(path))
     except OSError as e:
         raise WriteFailed(e, report) from None
-    return [Path(p) for p, _ in files]
+    return written
+
+
+def wrote(paths: Sequence[Path], written: Sequence[Path]) -> str:
+    """The line a command prints after `write_all(paths)` returned `written`: the files it wrote, and those it kept
+    because they hold the same numbers (a rerun must not say it wrote a shipped file it left byte for byte)."""
+    done = {Path(p) for p in written}
+    new, kept = [str(p) for p in paths if Path(p) in done], [str(p) for p in paths if Path(p) not in done]
+    said = [f"wrote {_and(new)}"] if new else []
+    said += [f"kept {_and(kept)}: the same numbers"] if kept else []
+    return "; ".join(said) + "\n"
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def dumps(obj) -> str:
