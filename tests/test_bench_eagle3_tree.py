@@ -3,7 +3,6 @@ accepts what Eagle3Drafter's dense drafts accept, at every origin; a planted cha
 is the one a fresh forward over the prefix alone gives; a tree built from them is the best prefix-closed set of its
 size (brute force); trajectories are counted as replay counts them; bad input is one line."""
 
-import importlib.util
 import itertools
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench import eagle3_tree
 from harness.decode.engine import Engine, RunConfig
 from harness.drafters import DrafterEnv, build_drafters, parse_spec
 from harness.models import eagle3, lm
@@ -26,10 +26,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="module")
 def tree():
-    spec = importlib.util.spec_from_file_location("eagle3_tree_under_test", ROOT / "bench" / "eagle3_tree.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return eagle3_tree
 
 
 @pytest.fixture(scope="module")
