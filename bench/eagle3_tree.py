@@ -2,13 +2,16 @@
 (issue 33's missed target: 2.0 tokens per pass pooled at k = 4).
 
     python bench/eagle3_tree.py [--run RUN] [--drafter eagle3] [--nodes 4,8,12,16,24,32] [--resamples 2000]
-        [--seed 0] [--threads N] [--json FILE]
+        [--seed 0] [--threads N] [--pass-cost bench/pass_cost_smollm2.json] [--json FILE]
 
 Why a tree. The campaign's drafters propose one chain of k tokens, and the head's first token is often wrong;
 EAGLE-2/3 and Medusa verify a tree instead (several candidates per depth, each node attending to its ancestors), and
 every speedup they publish is a tree's. A tree of N nodes makes the verify pass N + 1 tokens wide: what that costs on
-a host is `python bench/pass_cost.py`'s to measure, not this bench's; the figures here are tokens per pass, a token
-proxy.
+a host is `python bench/pass_cost.py`'s to measure. With `--pass-cost FILE` (its JSON, same target) each row also
+gets a [MODEL] time per output token relative to the chain's: (verify(N+1) / verify(k+1) + c) / (1 + c) times the
+chain's tokens per pass over the row's, the verify times those FILE measured (linear between its sizes), c the
+drafter's call over a (k+1)-token pass in the run's timing model (`wallclock.json`), a tree's draft call taken to
+cost the chain's (one head step per depth, the depth's nodes batched). Below 1: the tree would be faster.
 
 What is measured. Under greedy verification a tree accepts the deepest node on the target's own path: a node
 accepted at depth d is the target's token there, and the head computed it from the target's tokens above it. So the
@@ -169,6 +172,36 @@ def crossfit(R: list[np.ndarray], keys, k: int, sizes: list[int], resamples: int
     return figures, trees
 
 
+def relative_time(figures: dict, sizes: dict, pass_ms: dict, call: float) -> dict:
+    """{row: [MODEL] time per output token over the chain's} (see the module's doc): sizes {row: tokens a verify
+    carries}, pass_ms {tokens: measured ms}, call the draft call's ms over a verify of the chain's size (same units)."""
+    qs = sorted(pass_ms)
+    base = float(np.interp(sizes["chain"], qs, [pass_ms[q] for q in qs]))
+    out = {}
+    for row, f in figures.items():
+        v = float(np.interp(sizes[row], qs, [pass_ms[q] for q in qs])) / base
+        out[row] = round((v + call) / (1 + call) * figures["chain"]["pooled"]["value"] / f["pooled"]["value"], 4)
+    return out
+
+
+def costs(run: Path, drafter: str, k: int, path: Path) -> tuple[dict, float]:
+    """(pass_ms {tokens: ms} from a bench/pass_cost.py JSON, the drafter's call over a (k+1)-token pass in the run's
+    timing model)."""
+    from harness.campaign.shards import read_json
+
+    pc, wc = read_json(path) or {}, read_json(run / "wallclock.json") or {}
+    mine = Path(str(((read_json(run / "manifest.json") or {}).get("target") or {}).get("path"))).name
+    if Path(str(pc.get("target"))).name != mine:
+        raise InputError(f"--pass-cost {path}: timed target {pc.get('target')!r}, not the run's ({mine})")
+    ms = {int(q): float(v) for q, v in (pc.get("measured_ms") or {}).items()}
+    coef = (wc.get("model") or {}).get("coef_ms") or {}
+    knots = {int(n[5:]): v for n, v in coef.items() if n.startswith("pass@")}
+    if len(ms) < 2 or not knots or f"call:{drafter}" not in coef:
+        raise InputError(f"--pass-cost {path}: no measured_ms, or {show(run)}/wallclock.json has no call:{drafter}")
+    qs = sorted(knots)
+    return ms, coef[f"call:{drafter}"] / float(np.interp(k + 1, qs, [knots[q] for q in qs]))
+
+
 def read(run: Path, drafter: str) -> tuple[dict, list]:
     """(the run's manifest, [(workload, prompt_id, prompt ids, output ids)] from outputs*.jsonl in its order)."""
     from harness.campaign.outputs import read_lines
@@ -229,6 +262,7 @@ def main(argv=None) -> None:
     ap.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples, 100..100000")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help=f"torch threads, {limits.THREADS_RANGE}")
+    ap.add_argument("--pass-cost", help="a bench/pass_cost.py JSON of the run's target: adds [MODEL] relative times")
     ap.add_argument("--json", help="write the figures, the settings and the host to this file (its folder must exist)")
     a = ap.parse_args(argv)
     limits.integer("--resamples", a.resamples, 100, 100_000)
@@ -245,6 +279,7 @@ def main(argv=None) -> None:
         raise UsageError(f"--run {run}: no such run directory")
     manifest, rows = read(run, a.drafter)
     k = int(manifest.get("k") or 4)
+    cost = None if not a.pass_cost else costs(run, a.drafter, k, limits.path_value("--pass-cost", a.pass_cost))
 
     import torch
     from tqdm import tqdm
@@ -267,6 +302,7 @@ def main(argv=None) -> None:
         R.append(ranks(target, head, pids + oids, len(pids), k))
         keys.append((w, p))
     figures, trees = crossfit(R, keys, k, sizes, a.resamples, a.seed)
+    rel = None if cost is None else relative_time(figures, {"chain": k + 1} | {f"tree{n}": n + 1 for n in sizes}, *cost)
     hw = manifest.get("hardware") or {}
     check = replay_figure(run, a.drafter)
     workloads = [w for w in figures["chain"] if w != "pooled"] + ["pooled"]
@@ -277,11 +313,12 @@ def main(argv=None) -> None:
         f"this host ({torch.get_num_threads()} threads)"
     )
     print(f"chain check: pooled {figures['chain']['pooled']['value']:.3f} here, {check} in replay.txt")
-    print("| drafts | " + " | ".join(workloads) + " |")
-    print("|---|" + "---|" * len(workloads))
+    extra = [] if rel is None else [f"time per token over the chain's [MODEL, {a.pass_cost}]"]
+    print("| drafts | " + " | ".join(workloads + extra) + " |")
+    print("|---|" + "---|" * len(workloads + extra))
     for name, f in figures.items():
         cells = [f"{f[w]['value']:.3f} [{f[w]['ci'][0]:.3f}, {f[w]['ci'][1]:.3f}]" for w in workloads]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        print(f"| {name} | " + " | ".join(cells + ([] if rel is None else [f"{rel[name]:.3f}"])) + " |")
     if out is not None:
         cmd = " ".join(["python bench/eagle3_tree.py", *(sys.argv[1:] if argv is None else argv)])
         limits.write_json(out, {
@@ -290,6 +327,7 @@ def main(argv=None) -> None:
             "ci": "95% percentile bootstrap over prompts within workloads", "resamples": a.resamples,
             "seed": a.seed, "run_hardware": hw, "hardware": manifest_hw("cpu"), "threads": torch.get_num_threads(),
             "wall_s": round(time.time() - t0, 1), "tokens_per_pass": figures, "trees": trees,
+            "relative_time": rel, "relative_time_label": None if rel is None else "MODEL", "pass_cost": a.pass_cost,
         })  # fmt: skip
         print(f"wrote {out}")
 

@@ -133,6 +133,14 @@ def test_no_prompt_is_scored_with_a_tree_built_on_it(tree):
     assert figures["chain"]["pooled"]["value"] > 1.0  # (the odd prompts accept whole chains)
 
 
+def test_relative_time_by_hand(tree):
+    figures = {"chain": {"pooled": {"value": 1.5}}, "tree8": {"pooled": {"value": 1.8}}}
+    got = tree.relative_time(figures, {"chain": 5, "tree8": 9}, {1: 10.0, 5: 10.0, 17: 20.0}, 0.25)
+    assert got["chain"] == 1.0
+    # 9 tokens: 10 + 4/12 * 10 ms by the line through 5 and 17, so 4/3 of the chain's verify
+    assert got["tree8"] == pytest.approx((4 / 3 + 0.25) / 1.25 * 1.5 / 1.8, abs=1e-4)
+
+
 @pytest.mark.parametrize(
     "args, said",
     [
@@ -141,6 +149,8 @@ def test_no_prompt_is_scored_with_a_tree_built_on_it(tree):
         (["--run", "runs/zoo-20261201-134938"], "--drafter eagle3: not an eagle3 drafter of"),
         (["--run", "runs/nowhere"], "no such run directory"),
         (["--run", "runs/smollm2-20261205b", "--drafter", "eagle3_stop"], "its drafts are cut by stop_below"),
+        (["--nodes", "4", "--pass-cost", "pyproject.toml"], "pyproject.toml is unreadable"),
+        (["--nodes", "4", "--pass-cost", "bench/vllm_timing.json"], "timed target"),
     ],
 )
 def test_bad_input_is_one_line(args, said):
