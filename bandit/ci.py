@@ -178,10 +178,7 @@ def main(
     if dest is None:
         return text + why + "\n"
     data = ci_text(entries, t, cmd)
-    if outputs.same_numbers(dest, outputs.encode(data)):  # kept: it records the code version that computed them
-        return text + f"kept {dest}: the same numbers\n"
-    outputs.write_all([(dest, data)], text)
-    return text + f"wrote {dest}\n"
+    return text + outputs.wrote([dest], outputs.write_all([(dest, data)], text))
 
 
 def live_report(t: BlockTable, entries: Sequence[Entry]) -> str:

@@ -23,7 +23,7 @@ paths closed under prefixes, Medusa's and EAGLE-1's kind) accepts the longest pr
 tree of N nodes is the N most frequent rank paths of depth <= k, built on half of each workload's prompts and
 scored on the other half, both ways (cross-fitted: no prompt scores a tree built on it). Tokens per pass walk each
 prompt's own trajectory (one pass, then the accepted tokens and the target's own), as replay.txt counts them; the
-chain's figure is printed beside the run's replay.txt figure as the check that the ranks are the harness's drafts.
+chain's figures are printed beside the run's ci.json figures as the check that the ranks are the harness's drafts.
 Intervals: 95% percentile bootstrap over prompts within workloads (bandit/stats/bootstrap.py). [MEASURED]: real
 outputs and a real head; what is not measured is a tree's own live cost (its wider verify pass, and its draft calls:
 one head step per depth, batched over the depth's nodes). A drafter with `stop_below` is refused: its drafts are the
@@ -230,20 +230,21 @@ def read(run: Path, drafter: str) -> tuple[dict, list]:
     return manifest, rows
 
 
-def replay_figure(run: Path, drafter: str) -> str | None:
-    """replay.txt's pooled tokens per pass of `drafter` along its own trajectory (the chain's check), if there."""
-    p = run / "replay.txt"
-    if not p.exists():
-        return None
-    lines = p.read_text().splitlines()
-    i = next((n for n, t in enumerate(lines) if "tokens per target pass along each fixed drafter" in t), None)
-    if i is None:
-        return None
-    head = lines[i + 1].split()
-    pooled = next((t.split() for t in lines[i + 2 :] if t.startswith("pooled")), None)
-    if pooled is None or drafter not in head:
-        return None
-    return pooled[head.index(drafter)].rstrip("*")
+def ci_figures(run: Path, drafter: str) -> dict:
+    """{workload: tokens per pass of `drafter` along its own trajectory} from the run's ci.json (the chain's check)."""
+    import json
+
+    pre, end = "tokens_per_pass[", f"][{drafter}]"
+    p = run / "ci.json"
+    try:
+        entries = json.loads(p.read_text()) if p.exists() else []
+    except (OSError, ValueError):
+        raise InputError(f"{p}: unreadable") from None
+    return {
+        e["name"][len(pre) : -len(end)]: e["value"]
+        for e in entries
+        if e["name"].startswith(pre) and e["name"].endswith(end)
+    }
 
 
 def resolve(path: str, models: str | None, what: str) -> Path:
@@ -279,6 +280,7 @@ def main(argv=None) -> None:
         raise UsageError(f"--run {run}: no such run directory")
     manifest, rows = read(run, a.drafter)
     k = int(manifest.get("k") or 4)
+    check = ci_figures(run, a.drafter)
     cost = None if not a.pass_cost else costs(run, a.drafter, k, limits.path_value("--pass-cost", a.pass_cost))
 
     import torch
@@ -304,7 +306,6 @@ def main(argv=None) -> None:
     figures, trees = crossfit(R, keys, k, sizes, a.resamples, a.seed)
     rel = None if cost is None else relative_time(figures, {"chain": k + 1} | {f"tree{n}": n + 1 for n in sizes}, *cost)
     hw = manifest.get("hardware") or {}
-    check = replay_figure(run, a.drafter)
     workloads = [w for w in figures["chain"] if w != "pooled"] + ["pooled"]
     print(
         f"# {a.drafter}'s head on {show(run)}'s {len(R)} dense outputs, k = {k}: tokens per target pass along each "
@@ -312,7 +313,10 @@ def main(argv=None) -> None:
         f"bootstrap over prompts within workloads, {a.resamples} resamples, seed {a.seed}; {time.time() - t0:.0f} s on "
         f"this host ({torch.get_num_threads()} threads)"
     )
-    print(f"chain check: pooled {figures['chain']['pooled']['value']:.3f} here, {check} in replay.txt")
+    print(
+        "chain check, here / ci.json: "
+        + "; ".join(f"{w} {figures['chain'][w]['value']:.3f} / {v:.3f}" for w, v in check.items())
+    )
     extra = [] if rel is None else [f"time per token over the chain's [MODEL, {a.pass_cost}]"]
     print("| drafts | " + " | ".join(workloads + extra) + " |")
     print("|---|" + "---|" * len(workloads + extra))
@@ -323,7 +327,7 @@ def main(argv=None) -> None:
         cmd = " ".join(["python bench/eagle3_tree.py", *(sys.argv[1:] if argv is None else argv)])
         limits.write_json(out, {
             "command": cmd, "label": "MEASURED", "run": show(run), "drafter": a.drafter, "k": k,
-            "head_sha256": lm.weights_sha256(hpath), "prompts": len(R), "replay_chain_pooled": check,
+            "head_sha256": lm.weights_sha256(hpath), "prompts": len(R), "ci_chain": check,
             "ci": "95% percentile bootstrap over prompts within workloads", "resamples": a.resamples,
             "seed": a.seed, "run_hardware": hw, "hardware": manifest_hw("cpu"), "threads": torch.get_num_threads(),
             "wall_s": round(time.time() - t0, 1), "tokens_per_pass": figures, "trees": trees,

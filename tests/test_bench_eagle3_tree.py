@@ -4,6 +4,7 @@ is the one a fresh forward over the prefix alone gives; a tree built from them i
 size (brute force); trajectories are counted as replay counts them; bad input is one line."""
 
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from bandit.logs.errors import InputError
 from bench import eagle3_tree
 from harness.decode.engine import Engine, RunConfig
 from harness.drafters import DrafterEnv, build_drafters, parse_spec
@@ -131,6 +133,15 @@ def test_no_prompt_is_scored_with_a_tree_built_on_it(tree):
     assert trees["tree1"] == [[[0]], [[1]]]
     assert figures["tree1"]["pooled"]["value"] == 1.0 and figures["tree1"]["w"]["value"] == 1.0
     assert figures["chain"]["pooled"]["value"] > 1.0  # (the odd prompts accept whole chains)
+
+
+def test_the_chain_check_reads_the_runs_ci_json(tree, tmp_path):
+    names = ["tokens_per_pass[a][eagle3]", "tokens_per_pass[a][eagle3_stop]", "tokens_per_pass[b][eagle3]", "x"]
+    (tmp_path / "ci.json").write_text(json.dumps([{"name": n, "value": i + 0.5} for i, n in enumerate(names)]))
+    assert tree.ci_figures(tmp_path, "eagle3") == {"a": 0.5, "b": 2.5}
+    (tmp_path / "ci.json").write_text("[")
+    with pytest.raises(InputError, match="ci.json: unreadable"):
+        tree.ci_figures(tmp_path, "eagle3")
 
 
 def test_relative_time_by_hand(tree):
