@@ -136,3 +136,16 @@ def test_the_stop_rule_and_padding_are_opt_in(tmp_path):
     assert stop.kind == "eagle3" and stop.settings["stop_below"] == 0.4
     with pytest.raises(SystemExit):
         smollm2.main(["--stop-below", "1.5", "--print"])
+
+
+def test_the_tree_drafter_is_opt_in(tmp_path, capsys):
+    plain = smollm2.sweep_command(tmp_path, tmp_path / "run", None, 0.4, "auto")
+    assert not any("eagle3_tree" in w for w in plain)
+    cmd = smollm2.sweep_command(tmp_path, tmp_path / "run", None, 0.4, "auto", (24, 8))
+    (tree,) = [parse_spec(w) for w in cmd if w.startswith("eagle3_tree=")]
+    assert tree.kind == "eagle3" and (tree.settings["tree"], tree.settings["width"]) == (24, 8)
+    assert str(tree.settings["path"]).endswith(smollm2.EAGLE3)
+    for bad in ("24", "24,x", "0,8", "24,8,2"):
+        with pytest.raises(SystemExit):
+            smollm2.main(["--tree", bad, "--print"])
+        assert f"--tree {bad!r}" in capsys.readouterr().err

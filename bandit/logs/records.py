@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from bandit.logs.schema import FEATURES, SCHEMA_VERSION, features
+from bandit.logs.schema import FEATURES, SCHEMA_VERSION, features, tree_depths
 from bandit.logs.table import LogError
 
 
@@ -220,6 +220,16 @@ def check_record(obj, path: Path, ln: int) -> None:
             err(f"{f}.accepted", f"expected an int, got {type(d['accepted']).__name__} {d['accepted']!r}")
         if not 0 <= d["accepted"] <= len(toks):
             err(f"{f}.accepted", f"must be in [0, len(tokens)={len(toks)}], got {d['accepted']}")
+        if "parents" in d:  # a tree of drafts (harness/drafters/eagle3.py `tree`): node i hangs under parents[i]
+            par = d["parents"]
+            if not isinstance(par, list) or len(par) != len(toks) or any(type(x) is not int for x in par):
+                err(f"{f}.parents", f"expected a list of {len(toks)} ints, one per token")
+            try:
+                deepest = max(tree_depths(par), default=0)
+            except ValueError as e:
+                err(f"{f}.parents", str(e))
+            if d["accepted"] > deepest:
+                err(f"{f}.accepted", f"{d['accepted']} exceeds the tree's depth {deepest}")
         for k, lo, hi in (("conf", 0.0, 1.0), ("entropy", 0.0, math.inf)):
             xs = d[k]
             if not isinstance(xs, list) or any(type(x) not in (int, float) for x in xs):

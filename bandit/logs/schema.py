@@ -76,6 +76,20 @@ def stopping_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | 
     return tuple(out)
 
 
+def tree_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
+    """The drafters of `drafters` whose manifest entry sets `tree` > 0: drafters of a tree of that many tokens
+    (harness/drafters/eagle3.py), whose logged draft length is the tree's size, known before they draft, not the
+    depth a chain drafter is asked for."""
+    out = []
+    for d in drafters:
+        e = (entries or {}).get(d) or {}
+        settings = e.get("settings") if isinstance(e, Mapping) else None
+        v = settings.get("tree") if isinstance(settings, Mapping) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out.append(d)
+    return tuple(out)
+
+
 def lookup_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
     """The drafters of `drafters` that are lookups, by a run manifest's drafter entries (`entries`).
 
@@ -181,6 +195,56 @@ class Policy(Protocol):
     def update(self, ctx: Context, chosen: int, accepted: np.ndarray, observed: np.ndarray) -> None: ...
 
 
+class ArmsOnly:
+    """A policy that chooses among some of the drafters only: `arms`, indices into the drafters it is reset with.
+
+    A tree of drafts (`tree_drafters`) is not a policy's arm: the policies here reason about a chain (a draft of
+    k tokens asked for, cut to L, accepting min(a, L)), which a tree is not. The live engine and the replays both
+    hide the trees behind this wrapper, so that a policy decoded live still equals its replay; a tree is measured
+    as a fixed drafter, in best-of-N and in the oracles. The wrapped policy sees the arms' columns of every
+    Context and is reset with the arms' names."""
+
+    def __init__(self, policy, arms: Sequence[int]):
+        self.policy, self.arms = policy, list(arms)
+        self._idx = np.asarray(self.arms, dtype=np.int64)
+
+    def __getattr__(self, name):  # name, full_information, observe_step, fitted attributes: the policy's own
+        if name in ("policy", "arms", "_idx"):
+            raise AttributeError(name)
+        return getattr(self.policy, name)
+
+    def reset(self, drafters: Sequence[str], workloads: Sequence[str], timing: Timing | None = None) -> None:
+        names = [drafters[i] for i in self.arms]
+        import inspect
+
+        params = inspect.signature(self.policy.reset).parameters
+        if len(params) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params.values()):
+            self.policy.reset(names, workloads, timing)
+        else:
+            self.policy.reset(names, workloads)
+
+    def _ctx(self, ctx: Context) -> Context:
+        i = self._idx
+        f = None if ctx.draft_features is None else ctx.draft_features[i]
+        return Context(
+            ctx.workload, ctx.prompt, ctx.pos, ctx.prev_accepted[i], ctx.prev_features[i], ctx.draft_len[i], f
+        )
+
+    def choose(self, ctx: Context):
+        c = self.policy.choose(self._ctx(ctx))
+        return (self.arms[int(c[0])], c[1]) if isinstance(c, tuple) else self.arms[int(c)]
+
+    def update(self, ctx: Context, chosen: int, accepted: np.ndarray, observed: np.ndarray) -> None:
+        i = self._idx
+        self.policy.update(self._ctx(ctx), self.arms.index(int(chosen)), accepted[i], observed[i])
+
+
+def chain_arms(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> list[int]:
+    """The indices of `drafters` a policy may choose: all but the trees (`ArmsOnly`)."""
+    trees = set(tree_drafters(drafters, entries))
+    return [i for i, d in enumerate(drafters) if d not in trees]
+
+
 # ---------------------------------------------------------------- provenance
 
 REPO = Path(__file__).resolve().parents[2]
@@ -230,3 +294,28 @@ def common_prefix(a, b) -> int:
             break
         n += 1
     return n
+
+
+def tree_depths(parents: Sequence[int]) -> list[int]:
+    """The depth (1 = a child of the root) of each node of a draft tree whose node i has parent
+    parents[i] (-1: the root, the prefix's last token; otherwise an earlier node: i > parents[i])."""
+    depth: list[int] = []
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"node {i}: parent {p} is not -1 or an earlier node")
+        depth.append(1 if p < 0 else depth[p] + 1)
+    return depth
+
+
+def tree_path(tokens: Sequence[int], parents: Sequence[int], y: Sequence[int]) -> list[int]:
+    """The nodes a greedy verification of a draft tree accepts against the target's tokens y (its
+    tokens after the prefix): from the root, the child whose token is y's next, as deep as it goes.
+    A chain (parents i - 1) accepts its common prefix with y; siblings with equal tokens: the first."""
+    path, at = [], -1
+    for want in y:
+        nxt = next((i for i, p in enumerate(parents) if p == at and tokens[i] == want), None)
+        if nxt is None:
+            break
+        path.append(nxt)
+        at = nxt
+    return path

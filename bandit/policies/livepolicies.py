@@ -29,7 +29,7 @@ from bandit.policies.published import EXP3Spec, HedgeQuery, ThompsonCtx, UCBSpec
 from bandit.logs.schema import Policy, Timing
 from bandit.policies.specselect import SpecSelect
 from bandit.logs.table import BlockTable
-from bandit.policies.walk import live_walk, lookup_flags, lookups_drafted
+from bandit.policies.walk import arms_table, live_walk, lookup_flags, lookups_drafted
 
 LIVE_POLICIES: tuple[str, ...] = (
     "selector",
@@ -50,8 +50,8 @@ def make(name: str, t: BlockTable, timing: Timing, random_state: int = 0) -> Pol
     the engines' rules (bandit/policies/engines.py) with their sources' default settings;
     the others: their published definitions (bandit/policies/published.py) with default settings.
     """
-    if name == "selector":
-        return choice.routed(t, timing, random_state=random_state)
+    if name == "selector":  # fitted on the drafters it may choose (walk.arms_only hides a tree from it)
+        return choice.routed(arms_table(t), timing, random_state=random_state)
     if name == "specselect":
         return SpecSelect(step_time="learned", censored=True, random_state=random_state)
     if name in engines.RULE_NAMES:

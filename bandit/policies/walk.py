@@ -27,7 +27,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandit.stats import trajectory
-from bandit.logs.schema import Context, Policy, Timing, lookup_drafters, stopping_drafters
+from bandit.logs.schema import (
+    ArmsOnly,
+    Context,
+    Policy,
+    Timing,
+    chain_arms,
+    lookup_drafters,
+    stopping_drafters,
+    tree_drafters,
+)
 from bandit.logs.table import BlockTable
 from bandit.stats.trajectory import TrajectoryResult
 
@@ -66,6 +75,20 @@ class BlockReplayResult:
     @property
     def mean_reward(self) -> float:
         return float(self.reward.mean())
+
+
+def arms_only(t: BlockTable, policy: Policy) -> Policy:
+    """`policy` behind schema.ArmsOnly when the run has trees of drafts (not a policy's arm), else itself."""
+    arms = chain_arms(t.drafters, t.manifests[0].get("drafters") if t.manifests else None)
+    if len(arms) == len(t.drafters) or isinstance(policy, ArmsOnly):
+        return policy
+    return ArmsOnly(policy, arms)
+
+
+def arms_table(t: BlockTable) -> BlockTable:
+    """The table of the drafters a policy may choose (all but the trees: schema.ArmsOnly)."""
+    arms = chain_arms(t.drafters, t.manifests[0].get("drafters") if t.manifests else None)
+    return t if len(arms) == len(t.drafters) else t.select_drafters([t.drafters[i] for i in arms])
 
 
 def run_timing(t: BlockTable) -> Timing:
@@ -114,6 +137,7 @@ def walk(
     if mode == "live":
         return live_walk(t, policy, np.arange(t.n_prompts) if prompt_order is None else prompt_order, timing)
     D = len(t.drafters)
+    policy = arms_only(t, policy)
     policy.reset(t.drafters, t.workloads, run_timing(t) if timing is None else timing)
     full = bool(policy.full_information)
     A, F, DL = t.accepted.astype(float), t.features, context_lengths(t, timing)
@@ -187,7 +211,8 @@ def context_lengths(t: BlockTable, timing: Timing | None = None) -> np.ndarray:
     if not stop:
         return DL
     look = lookup_flags(t, timing)
-    full = [d for d in range(len(t.drafters)) if not look[d] and d not in stop]
+    trees = [t.drafters.index(d) for d in tree_drafters(t.drafters, entries)]  # a tree's size is not a depth
+    full = [d for d in range(len(t.drafters)) if not look[d] and d not in stop and d not in trees]
     if full:
         asked = DL[:, full].max(1)
     else:
@@ -229,6 +254,7 @@ def live_walk(
     trajectory.require_dense(t)
     D = len(t.drafters)
     timing = run_timing(t) if timing is None else timing
+    policy = arms_only(t, policy)
     policy.reset(t.drafters, t.workloads, timing)
     full = bool(policy.full_information)
     look = lookup_flags(t, timing)

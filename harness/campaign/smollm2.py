@@ -78,13 +78,15 @@ def best_model(models: Path) -> str:
     return "dflash" if acc_d > acc_e else "eagle3"
 
 
-def drafters(models: Path, stop_below: float | None = None) -> list[str]:
+def drafters(models: Path, stop_below: float | None = None, tree: tuple[int, int] | None = None) -> list[str]:
     """Every drafter of the campaign: both lookups under both rules, the layer-skip drafter, the heads trained on
     this target (Medusa and EAGLE on the workloads' train parts, EAGLE-3 and DFlash on the self-distillation data),
     and a cascade of the better of EAGLE-3 and DFlash extended by the suffix lookup. `stop_below`: also EAGLE-3
-    stopping its draft after a token below that confidence (`eagle3_stop`, harness/drafters/model.py)."""
+    stopping its draft after a token below that confidence (`eagle3_stop`, harness/drafters/model.py); `tree` (N, W):
+    also EAGLE-3 drafting a tree of N tokens, W wide (`eagle3_tree`, harness/drafters/eagle3.py)."""
     heads = models / HEADS
     stop = [f"eagle3_stop=eagle3:path={models / EAGLE3},stop_below={stop_below}"] if stop_below else []
+    stop += [f"eagle3_tree=eagle3:path={models / EAGLE3},tree={tree[0]},width={tree[1]}"] if tree else []
     return [
         "ngram=ngram",
         "ngram_vllm=ngram:rule=vllm",
@@ -134,11 +136,12 @@ def sweep_command(
     shard: tuple[int, int] | None = None,
     stop_below: float | None = None,
     verify_pad: str | None = None,
+    tree: tuple[int, int] | None = None,
 ) -> list[str]:
     """The sweep; with `shard` (I, N), shard I of N of the dense phase only (the live phase follows in one
-    process). `stop_below` adds `eagle3_stop` (drafters); `verify_pad`: sweep.py --verify-pad."""
+    process). `stop_below` adds `eagle3_stop`, `tree` `eagle3_tree` (drafters); `verify_pad`: sweep.py --verify-pad."""
     cmd = [sys.executable, "sweep.py", "--models", str(models), "--target", TARGET]
-    for d in drafters(models, stop_below):
+    for d in drafters(models, stop_below, tree):
         cmd += ["--drafter", d]
     cmd += ["--verify-pad", verify_pad] if verify_pad else []
     cmd += ["--workloads", ",".join(f"{w}:campaign" for w in WORKLOADS), "--limit", str(CAMPAIGN_LIMIT)]
@@ -229,6 +232,11 @@ def main(argv=None) -> None:
         default=None,
         help="also EAGLE-3 stopping its drafts after a token below this confidence (eagle3_stop), in (0, 1]",
     )
+    ap.add_argument(
+        "--tree",
+        default=None,
+        help="also EAGLE-3 drafting a tree of N tokens, W wide (eagle3_tree), as N,W: e.g. 24,8 (EAGLE-2's dynamic tree)",
+    )
     ap.add_argument("--verify-pad", default=None, help="sweep.py --verify-pad for the campaign: auto or Q:Q',...")
     ap.add_argument("--print", dest="dry", action="store_true", help="print the stages' commands only")
     a = ap.parse_args(argv)
@@ -239,6 +247,16 @@ def main(argv=None) -> None:
             ap.error(f"{flag} '': an empty path names no directory")
     if a.stop_below is not None and not 0 < a.stop_below <= 1:
         ap.error(f"--stop-below {a.stop_below}: must be in (0, 1]")
+    tree = None
+    if a.tree is not None:
+        parts = a.tree.split(",")
+        if (
+            len(parts) != 2
+            or not all(x.strip().isdigit() for x in parts)
+            or not all(1 <= int(x) <= 4096 for x in parts)
+        ):
+            ap.error(f"--tree {a.tree!r}: expected N,W, two integers in [1, 4096] (tokens in the tree, its width)")
+        tree = (int(parts[0]), int(parts[1]))
     models = repo_relative(a.models) if a.models is not None else Path("models")
     out = repo_relative(a.out) if a.out else Path("runs") / f"smollm2-{time.strftime('%Y%m%d', time.gmtime())}"
     if a.stage in ("all", "setup"):
@@ -261,9 +279,11 @@ def main(argv=None) -> None:
                 run(trainer_command(models, kind), a.dry)
     if a.stage in ("all", "sweep"):
         if a.shards > 1 and not dense_done(out):
-            shards = [sweep_command(models, out, (i, a.shards), a.stop_below, a.verify_pad) for i in range(a.shards)]
+            shards = [
+                sweep_command(models, out, (i, a.shards), a.stop_below, a.verify_pad, tree) for i in range(a.shards)
+            ]
             run_side_by_side(shards, a.dry)
-        run(sweep_command(models, out, None, a.stop_below, a.verify_pad), a.dry)
+        run(sweep_command(models, out, None, a.stop_below, a.verify_pad, tree), a.dry)
     if a.stage in ("all", "card"):
         heads = [w for h in ("medusa", "eagle") for w in ("--heads", str(models / HEADS / h))]
         heads += [w for d in (EAGLE3, DFLASH) for w in ("--heads", str(models / d))]

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bandit.logs.schema import EMPTY_DRAFT_FEATURES, LOOKUP_KINDS, Context, Timing, draft_features
+from bandit.logs.schema import EMPTY_DRAFT_FEATURES, LOOKUP_KINDS, ArmsOnly, Context, Timing, draft_features
 
 from ..drafters import common_prefix, Draft, Prefix, Sequence, feature_layers
 from ..models.lm import LAST, HarnessError
@@ -88,6 +88,8 @@ def draft_record(d: Draft, accepted: int, exp_acc: float | None, ms: float | Non
         "conf": [min(1.0, max(0.0, _r(c))) for c in d.conf],
         "entropy": [max(0.0, _r(e)) for e in d.entropy],
     }
+    if d.parents is not None:  # a tree: its nodes in `tokens`, so draft_len is what the target verifies
+        rec["parents"] = [int(q) for q in d.parents]
     if exp_acc is not None:
         rec["expected_accepted"] = min(float(len(d.tokens)), _r(exp_acc))
     if ms is not None:
@@ -144,6 +146,9 @@ class Engine:
                 f"got {len(drafters)} drafters and no policy"
             )
         self.lookups = [n for n in self.names if getattr(drafters[n], "kind", "") in LOOKUP_KINDS]
+        arms = [i for i, n in enumerate(self.names) if not getattr(drafters[n], "tree", 0)]
+        if policy is not None and len(arms) < len(self.names) and not isinstance(policy, ArmsOnly):
+            policy = self.policy = ArmsOnly(policy, arms)  # a tree is no policy's arm (schema.ArmsOnly)
         if policy is not None:  # bandit.schema's Policy protocol passes a Timing; a minimal policy may not take it
             params = inspect.signature(policy.reset).parameters
             if len(params) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params.values()):
@@ -221,9 +226,13 @@ class Engine:
             dense = getattr(d, "dense", None)
             done[name] = dense(seq, done) if dense else [d.draft(seq.prefix(p), k) for p, k in enumerate(seq.ks)]
             timings[f"dense_ms.{name}"] = now_ms(self.dev) - t0
-            if len(done[name]) != len(y) or any(len(x.tokens) > k for x, k in zip(done[name], seq.ks)):
+            if len(done[name]) != len(y) or any(x.depth > k for x, k in zip(done[name], seq.ks)):
                 raise HarnessError(f"drafter {name}: dense() returned drafts of the wrong count or length")
         p = None
+        if T > 0 and any(x.parents is not None for ds in done.values() for x in ds):
+            raise HarnessError(
+                "a tree of drafts is logged at temperature 0 only (its expected acceptance is a chain's)"
+            )
         if T > 0:
             origins = list(range(len(y)))
             p = self.target.score_dense(
@@ -235,7 +244,7 @@ class Engine:
             rec["drafts"] = {}
             for i, n in enumerate(self.names):
                 d = done[n][pos]
-                a = common_prefix(d.tokens, y[pos:])
+                a = d.accepted(y[pos:])
                 ea = float(a) if T == 0 else expected_accepted(p[pos][i], d.q or [1.0] * len(d.tokens))
                 rec["drafts"][n] = draft_record(d, a, ea, None)
             recs.append(rec)
@@ -304,6 +313,8 @@ class Engine:
                         dfeat[i] = EMPTY_DRAFT_FEATURES
                     elif kind == "medusa":
                         dlen[i] = min(k, self.drafters[n].heads.cfg.num_heads)
+                    elif getattr(self.drafters[n], "tree", 0):  # a tree: its size, known before it drafts
+                        dlen[i] = self.drafters[n].tree_size(k)
                     elif getattr(self.drafters[n], "max_len", None):  # one-pass drafters (dflash)
                         dlen[i] = min(k, self.drafters[n].max_len)
             looked = list(drafts)  # the lookups drafted before choosing
@@ -316,19 +327,23 @@ class Engine:
                     drafts[n] = self.drafters[n].draft(pre, k) if k > 0 else Draft.empty()
                     ms[n] = now_ms(dev) - t0
                 if cut is not None and cut < len(drafts[n].tokens):
-                    d = uncut[n] = drafts[n]
-                    drafts[n] = Draft(d.tokens[:cut], d.conf[:cut], d.entropy[:cut], None if d.q is None else d.q[:cut])
-                if len(drafts[n].tokens) > k:
-                    raise HarnessError(f"drafter {n}: drafted {len(drafts[n].tokens)} tokens, asked for <= {k}")
+                    uncut[n] = drafts[n]
+                    drafts[n] = drafts[n].cut(cut)
+                if drafts[n].depth > k:
+                    raise HarnessError(f"drafter {n}: drafted {drafts[n].depth} tokens deep, asked for <= {k}")
+                if drafts[n].parents is not None and T > 0:
+                    raise HarnessError(f"drafter {n}: a tree of drafts is verified at temperature 0 only")
                 timings["draft"][n].append(ms[n])
             for n in looked:  # a lookup not chosen was still drafted: its call counts
                 if n not in order:
                     timings["draft"][n].append(ms[n])
             trunk = ids[c:]
             t0 = now_ms(dev)
+            parents = [drafts[n].parents for n in order]
             verdicts, tf, cf = tgt.verify(
-                cache, trunk, [drafts[n].tokens for n in order], len(prompt), pkey, want_p=T > 0, taps=self.taps
-            )
+                cache, trunk, [drafts[n].tokens for n in order], len(prompt), pkey, want_p=T > 0, taps=self.taps,
+                parents=parents if any(q is not None for q in parents) else None,
+            )  # fmt: skip
             target_ms = now_ms(dev) - t0
             n_verified = len(trunk) + sum(len(drafts[n].tokens) for n in order)
             timings["verify"].append((n_verified, len(order), target_ms))
@@ -337,14 +352,19 @@ class Engine:
             j = max(range(len(order)), key=lambda i: (verdicts[i].accepted, -i)) if self.best_of_n else 0
             v0 = verdicts[j]
             a = v0.accepted
-            new = drafts[order[j]].tokens[:a]
+            path = list(range(a)) if v0.path is None else v0.path  # the accepted nodes of draft j
+            new = [drafts[order[j]].tokens[i] for i in path]
             if not (new and new[-1] in tgt.eos):
                 new = new + [v0.choices[a]]
             _put(fbuf, c, tf)
-            _put(fbuf, c + len(trunk), {key: v[:a] for key, v in cf[j].items()})
-            src = c + len(trunk) + sum(len(drafts[n].tokens) for n in order[:j])  # chain j's keys
+            rows = slice(0, a) if v0.path is None else path
+            _put(fbuf, c + len(trunk), {key: v[rows] for key, v in cf[j].items()})
+            src = c + len(trunk) + sum(len(drafts[n].tokens) for n in order[:j])  # draft j's keys
             c = c + len(trunk)
-            lm.move_span(cache, c, src, a)
+            if v0.path is None:
+                lm.move_span(cache, c, src, a)
+            else:
+                lm.move_rows(cache, c, [src + i for i in path])
             c = c + a
             rec = self._head(wl, pid, pos)
             rec["block"] = len(recs)

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from bandit.logs.schema import common_prefix as common_prefix  # the drafters share it (re-exported)
+from bandit.logs.schema import tree_depths, tree_path
 
 from ..models import lm
 from ..models.lm import HarnessError
@@ -55,10 +56,27 @@ class Draft:
     conf: list[float]
     entropy: list[float]
     q: list[float] | None = None  # proposal probabilities; None = deterministic (point mass)
+    # a tree of drafts: node i (tokens[i], conf[i], entropy[i]) hangs under node parents[i] (-1: the root, the
+    # prefix's last token), parents before children; None: a chain (parents i - 1)
+    parents: list[int] | None = None
 
     @staticmethod
     def empty() -> "Draft":
         return Draft([], [], [], None)
+
+    @property
+    def depth(self) -> int:
+        """How far the draft reaches past the prefix: a chain's length, a tree's deepest node."""
+        return len(self.tokens) if self.parents is None else max(tree_depths(self.parents), default=0)
+
+    def accepted(self, y: list[int]) -> int:
+        """Tokens accepted against the target's tokens y after the prefix (a tree: its accepted path's length)."""
+        return common_prefix(self.tokens, y) if self.parents is None else len(tree_path(self.tokens, self.parents, y))
+
+    def cut(self, n: int) -> "Draft":
+        """The first n tokens (a tree: its first n nodes, still a tree, since parents come before children)."""
+        return Draft(self.tokens[:n], self.conf[:n], self.entropy[:n], None if self.q is None else self.q[:n],
+                     None if self.parents is None else self.parents[:n])  # fmt: skip
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..models import eagle3, lm
@@ -15,7 +17,14 @@ class Eagle3Drafter(ModelDrafter):
     in a chain, each step feeding back its own hidden state and token; conf/entropy come from its
     own distribution over the draft vocabulary, its tokens are mapped to the target's by d2t.
     Live drafting keeps the head's KV cache over true pairs; dense drafting is teacher-forced
-    like `eagle`, all origins' chains in one pass per step."""
+    like `eagle`, all origins' chains in one pass per step.
+
+    `tree=N` (0: a chain) drafts a tree of N tokens instead, as EAGLE-2 does and EAGLE-3 and the engines
+    (SGLang's --speculative-eagle-topk / --speculative-num-draft-tokens, vLLM's EAGLE tree) deploy it: each depth
+    up to k expands the `width` nodes of highest path probability by their `width` most probable tokens, one head
+    step over all of them with a tree mask, and the tree is the N nodes of highest path probability (prefix-closed,
+    since a child is never more probable than its parent). The target verifies every node in one forward and
+    accepts the deepest node on its own path (harness/models/target.py). Greedy only (temperature 0)."""
 
     kind = "eagle3"
 
@@ -23,11 +32,34 @@ class Eagle3Drafter(ModelDrafter):
         super().__init__(name, settings, env)
         path = self._setting("path", None, str)
         self.batch = self._setting("batch", 256, int)  # origins per dense pass
-        self._check_settings({"path", "batch", "stop_below"})
+        self._check_settings({"path", "batch", "stop_below", "tree", "width"})
         self.stop_below = self._read_stop()
+        self.tree = self._count("tree", 0)  # draft tokens in the tree (0: a chain of k)
+        self.width = self._count("width", 4) if self.tree else 0  # nodes expanded per depth, children per node
+        where = f"--drafter {name}=eagle3: tree={self.tree}"
+        if self.tree and self.width < 1:
+            raise lm.HarnessError(f"{where}: width={self.width}: expected >= 1")
+        if self.tree and (self.stop_below or env.temperature > 0 or env.exact):
+            what = "stop_below" if self.stop_below else ("a temperature > 0" if env.temperature > 0 else "exact")
+            raise lm.HarnessError(f"{where} cannot be combined with {what}: a tree is drafted and verified greedily")
         self.path = lm.resolve_model_dir(path, env.models_root, f"--drafter {name}=eagle3 path")
         self.model = eagle3.load(self.path, env.target, f"--drafter {name}=eagle3:")
         self.kv, self.kv_ids = None, []  # per-layer cache over pairs 0..n-1, and the ids it covered
+
+    def _count(self, key: str, default: int) -> int:
+        v = self.settings.get(key, default)
+        if isinstance(v, str) and v.isdigit():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 4096:
+            raise lm.HarnessError(
+                f"--drafter {self.name}=eagle3: setting {key}={v!r}: expected an integer in [0, 4096]"
+            )
+        return v
+
+    def tree_size(self, k: int) -> int:
+        """The tokens of a tree drafted k deep: N, or fewer where depth k holds fewer (width at depth 1, width**2
+        more at each further depth)."""
+        return 0 if k <= 0 else min(self.tree, self.width + (k - 1) * self.width**2)
 
     def feature_layers(self):
         return frozenset(self.model.keys)
@@ -80,8 +112,70 @@ class Eagle3Drafter(ModelDrafter):
             h, lg, past = self.model.step(self._g(pre.hidden, j)[None], nxt[None], (j + 1)[None], past)
         self.kv, self.kv_ids = past, list(ids)
         o, Pt = torch.tensor([pre.pos], device=dev), torch.tensor([P], device=dev)
+        if self.tree:
+            base = torch.ones(1, self.kv[0][0].shape[2], dtype=torch.bool, device=dev)
+            return self._grow(h[:, -1:], lg[0, -1:], self.kv, base, Pt, [k])[0]
         toks, confs, ents = self._chain(h[:, -1:], lg[0, -1:], self.kv, T, pre.pkey, o, Pt, k)
         return self._assemble(toks, confs, ents, T, [k])[0]
+
+    def _grow(self, h, logits, kv, base, P, ks) -> list[Draft]:
+        """Trees (the class's doc) for M origins at once: h (1, M, H) / logits (M, Vd) the head's last step at
+        each origin's prefix, kv its cache, base (M, K0) the cache keys each origin sees, P (M,) the prefix
+        lengths, ks the depth allowed at each (>= 1). Nodes are ranked by (path log-probability, creation order),
+        so that a parent always ranks before its children."""
+        M, dev, W = logits.shape[0], logits.device, self.width
+        tok, par, lp, conf, ent, dep = ([[] for _ in range(M)] for _ in range(6))  # per origin, per node
+        hout: list[dict] = [{} for _ in range(M)]  # node -> the head's output state after feeding it
+        fed: list[dict] = [{} for _ in range(M)]  # node -> its row among the fed keys (after the K0 of the cache)
+        vis = torch.zeros(0, 0, dtype=torch.bool, device=dev)  # fed row -> the fed rows it sees, itself included
+        cur = [(m, -1, m) for m in range(M)]  # (origin, node whose children `logits` row r gives, r)
+        for d in range(1, max(ks) + 1):
+            logp = torch.log_softmax(logits.float(), -1)
+            e = (-(logp.exp() * logp.clamp_min(-1e30)).sum(-1)).clamp_min(0.0).tolist()
+            top_lp, top_i = logp.topk(min(W, logp.shape[-1]), -1)
+            top_t, top_lp = self.model.to_target(top_i).tolist(), top_lp.tolist()
+            for m, f, r in cur:
+                if d > ks[m]:
+                    continue
+                for t, x in zip(top_t[r], top_lp[r]):
+                    tok[m].append(int(t))
+                    par[m].append(f)
+                    lp[m].append((0.0 if f < 0 else lp[m][f]) + x)
+                    conf[m].append(min(1.0, math.exp(x)))
+                    ent[m].append(e[r])
+                    dep[m].append(d)
+            rows = []  # the nodes expanded next: each origin's W most probable of depth d, where it may go deeper
+            for m in range(M):
+                if d < ks[m]:
+                    at = [i for i in range(len(tok[m])) if dep[m][i] == d]
+                    rows += [(m, x) for x in sorted(at, key=lambda i, m=m: (-lp[m][i], i))[:W]]
+            if not rows:
+                break
+            Q, F = len(rows), vis.shape[0]
+            om = torch.tensor([m for m, _ in rows], device=dev)
+            prow = torch.tensor([fed[m].get(par[m][x], -1) for m, x in rows], device=dev)  # -1: a child of the root
+            seen = torch.zeros(Q, F + Q, dtype=torch.bool, device=dev)
+            if F:
+                seen[:, :F] = vis[prow.clamp_min(0)] & (prow >= 0)[:, None]
+            seen[:, F:] = torch.eye(Q, dtype=torch.bool, device=dev)
+            vis = torch.cat([torch.cat([vis, torch.zeros(F, Q, dtype=torch.bool, device=dev)], 1), seen], 0)
+            allow = torch.cat([base[om], seen], 1)
+            hin = torch.stack([hout[m][par[m][x]] if par[m][x] >= 0 else h[0, m] for m, x in rows])
+            t_in = torch.tensor([tok[m][x] for m, x in rows], device=dev)
+            pos = P[om] + (d - 1)  # a depth-d node sits where the output's d-th token would
+            hnew, lg, kv = self.model.step(hin[None], t_in[None], pos[None], kv, allow[None, None])
+            logits = lg[0]
+            for r, (m, x) in enumerate(rows):
+                fed[m][x], hout[m][x] = F + r, hnew[0, r]
+            cur = [(m, x, r) for r, (m, x) in enumerate(rows)]
+        out = []
+        for m in range(M):
+            keep = sorted(range(len(tok[m])), key=lambda i, m=m: (-lp[m][i], i))[: self.tree]
+            keep.sort(key=lambda i, m=m: (dep[m][i], -lp[m][i], i))  # by depth: parents before children
+            new = {x: i for i, x in enumerate(keep)}
+            out.append(Draft([tok[m][x] for x in keep], [conf[m][x] for x in keep], [ent[m][x] for x in keep],
+                             None, [new.get(par[m][x], -1) for x in keep]))  # fmt: skip
+        return out
 
     @torch.no_grad()
     def dense(self, seq: Sequence, done: dict) -> list[Draft]:
@@ -96,6 +190,13 @@ class Eagle3Drafter(ModelDrafter):
         for orig in self._chunks(seq, max(0, 2 - npr)):
             o = torch.tensor(orig, device=dev)
             P = npr + o
+            if self.tree:  # origin m sees pairs 0..P-2, as its chain would
+                base = torch.arange(n_seq, device=dev)[None, :] < (P - 1)[:, None]
+                for m, d in zip(
+                    orig, self._grow(hs[:, P - 2], lgs[0, P - 2], kv_seq, base, P, [seq.ks[p] for p in orig])
+                ):
+                    out[m] = d
+                continue
             kmax = max(seq.ks[p] for p in orig)
             allow_at = lambda step, P=P: chain_allow(P - 1, n_seq, step)[None, None]
             # chain m sees pairs 0..P-2 and its own earlier chain tokens

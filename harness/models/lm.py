@@ -237,6 +237,22 @@ def move_span(cache, dst: int, src: int, n: int) -> None:
     crop(cache, dst + n)
 
 
+def move_rows(cache, dst: int, src: list[int]) -> None:
+    """Copy the cache's positions src[0], src[1], ... to dst, dst+1, ..., then keep dst+len(src) positions.
+
+    After a tree of drafts is verified, the accepted path's keys lie scattered over the tree's span; each was
+    computed at its depth's position (P + depth - 1, the position it takes in the output), so gathering them
+    right after the prefix is exact, as `move_span` is for a chain."""
+    if src and src != list(range(dst, dst + len(src))):
+        idx = torch.tensor(src)
+        with torch.inference_mode():
+            for k, v in _kv_pairs(cache):
+                i = idx.to(k.device)
+                k[..., dst : dst + len(src), :] = k[..., i, :]  # advanced indexing copies: no overlap hazard
+                v[..., dst : dst + len(src), :] = v[..., i, :]
+    crop(cache, dst + len(src))
+
+
 def _kv_pairs(cache) -> list:
     layers = getattr(cache, "layers", None)
     return (

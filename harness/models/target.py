@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
+from bandit.logs.schema import tree_depths
+
 from . import lm
 from .sampling import choose, probs
 
@@ -52,9 +54,10 @@ def now_ms(device: str) -> float:
 class Verdict:
     """The target's reading of one draft chain."""
 
-    accepted: int  # leading draft tokens equal to the target's own choice
+    accepted: int  # leading draft tokens equal to the target's own choice (a tree: the accepted path's length)
     choices: list[int]  # the target's token at positions P..P+len(draft): bonus = choices[accepted]
     p: list[float]  # the target's probability of each draft token (temperature applied)
+    path: list[int] | None = None  # a tree: the accepted nodes, root first (a chain: None, the first `accepted`)
 
 
 def check_pad(pad: dict | None, where: str = "pad") -> dict[int, int]:
@@ -132,25 +135,46 @@ class Target:
 
     # -------------------------------------------------------------------- verification
     def verify(
-        self, cache, trunk: list[int], chains: list[list[int]], n_prompt: int, pkey: int, want_p: bool = True, taps=None
+        self,
+        cache,
+        trunk: list[int],
+        chains: list[list[int]],
+        n_prompt: int,
+        pkey: int,
+        want_p: bool = True,
+        taps=None,
+        parents: list[list[int] | None] | None = None,
     ):
         """Verify `chains` after cache + trunk in one forward (exact: one token per forward).
         Returns (verdicts, trunk features, chain features list): the "last" hidden state
         (len(trunk), H) and [(len(chain), H)], or dicts {key: ...} for the keys in `taps`. The
         cache is left extended by the whole tree (trunk, then every chain's keys in order): crop
-        it afterwards."""
+        it afterwards. `parents[i]` (None: a chain): draft i is a tree whose node j hangs under node
+        parents[i][j] (-1: the root), each node seeing its ancestors only; its verdict's `path` names the
+        accepted nodes (their features and keys are at those rows of the draft's span)."""
         c0 = lm.cache_len(cache)
         P = c0 + len(trunk)  # prefix length
+        parents = list(parents) if parents is not None else [None] * len(chains)
+        if len(parents) != len(chains):
+            raise lm.HarnessError(f"verify: {len(parents)} parent lists for {len(chains)} drafts")
+        trees = any(par is not None for par in parents)
+        if self.exact and trees:
+            raise lm.HarnessError(
+                "a tree of drafts cannot be verified one token per forward (exact); drop --exact-verify"
+            )
         if self.exact:
             logits, feats, spans = self._forward_exact(cache, trunk, chains, taps)
         else:
-            logits, feats, spans = self._forward_tree(cache, trunk, chains, taps)
+            logits, feats, spans = self._forward_tree(cache, trunk, chains, taps, parents if trees else None)
         verdicts, chain_feats = [], []
         r = len(trunk) - 1  # the root: the trunk's last row predicts position P
-        for (s, n), c in zip(spans, chains):
-            # (n+1, V): predictions for P..P+n; one chain right after the trunk is a plain slice, no copy
-            rows = logits[r : s + n] if s == r + 1 else torch.cat([logits[r : r + 1], logits[s : s + n]])
-            verdicts.append(self._verdict(rows, c, P - n_prompt, pkey, want_p))
+        for (s, n), c, par in zip(spans, chains, parents):
+            if par is not None:
+                verdicts.append(self._tree_verdict(logits[r : r + 1], logits[s : s + n], c, par, P - n_prompt, pkey,
+                                                   want_p))  # fmt: skip
+            else:  # (n+1, V): predictions for P..P+n; one chain right after the trunk is a plain slice, no copy
+                rows = logits[r : s + n] if s == r + 1 else torch.cat([logits[r : r + 1], logits[s : s + n]])
+                verdicts.append(self._verdict(rows, c, P - n_prompt, pkey, want_p))
             chain_feats.append(_rows(feats, s, s + n))
         return verdicts, _rows(feats, 0, len(trunk)), chain_feats
 
@@ -176,11 +200,39 @@ class Target:
             p = pr.gather(1, torch.tensor(c, device=dev)[:, None])[:, 0].clamp(0, 1).tolist()
         return Verdict(a, ch, p)
 
-    def _forward_tree(self, cache, trunk, chains, taps):
+    def _tree_verdict(self, root, rows, c: list[int], par: list[int], out0: int, pkey: int, want_p: bool) -> Verdict:
+        """A tree draft's verdict from the root's row (1, V) and its nodes' rows (n, V): from the root, the child
+        whose token is the target's choice, as deep as it goes (bandit.logs.schema.tree_path), an accepted EOS
+        ending it as in `_verdict`."""
+        depth = tree_depths(par)
+        lg = torch.cat([root, rows])  # row 0 predicts output position out0, node j's row out0 + depth[j]
+        at = torch.tensor([out0] + [out0 + d for d in depth], device=self.device)
+        ch = (lg.max(-1).indices if self.T <= 0 else choose(lg, self.T, pkey, at)).tolist()
+        path, at_node = [], -1
+        while True:
+            want = ch[at_node + 1]
+            nxt = next((j for j, q in enumerate(par) if q == at_node and c[j] == want), None)
+            if nxt is None:
+                break
+            path.append(nxt)
+            at_node = nxt
+            if want in self.eos:  # an accepted EOS ends the output: no bonus follows
+                break
+        choices = [ch[0]] + [ch[j + 1] for j in path]
+        p = []
+        if want_p and c:
+            pr = probs(lg[[q + 1 for q in par]], self.T)  # node j under its parent's row
+            p = pr.gather(1, torch.tensor(c, device=self.device)[:, None])[:, 0].clamp(0, 1).tolist()
+        return Verdict(len(path), choices, p, path)
+
+    def _forward_tree(self, cache, trunk, chains, taps, parents=None):
         """The whole tree in one forward: (logits (Q, V), feats over the Q rows, chain spans). One chain
         (live decoding with one drafter) is a plain causal forward over trunk + chain: its tree mask
-        is the causal mask, so no tree mask is built (see `_forward_chain`)."""
-        if len(chains) == 1:
+        is the causal mask, so no tree mask is built (see `_forward_chain`). `parents`: per draft, None (a
+        chain) or its tree's parent list (`verify`): a node sits at position P + depth - 1 and sees its ancestors."""
+        if parents is None:
+            parents = [None] * len(chains)
+        if len(chains) == 1 and parents[0] is None:
             return self._forward_chain(cache, trunk, chains[0], taps)
         dev = self.device
         c0 = lm.cache_len(cache)
@@ -195,12 +247,20 @@ class Target:
         allow[len(trunk) :, c0:P] = True
         start = len(trunk)
         spans = []
-        for c in chains:
+        for c, par in zip(chains, parents):
             n = len(c)
-            pos[start : start + n] = torch.arange(P, P + n, device=dev)
-            allow[start : start + n, c0 + start : c0 + start + n] = torch.ones(
-                n, n, dtype=torch.bool, device=dev
-            ).tril()
+            if par is None:
+                pos[start : start + n] = torch.arange(P, P + n, device=dev)
+                allow[start : start + n, c0 + start : c0 + start + n] = torch.ones(
+                    n, n, dtype=torch.bool, device=dev
+                ).tril()
+            else:
+                anc = torch.eye(n, dtype=torch.bool, device=dev)  # node j sees itself and its ancestors
+                for j, q in enumerate(par):
+                    if q >= 0:
+                        anc[j] |= anc[q]
+                pos[start : start + n] = P - 1 + torch.tensor(tree_depths(par), device=dev, dtype=torch.long)
+                allow[start : start + n, c0 + start : c0 + start + n] = anc
             spans.append((start, n))
             start += n
         if taps is None:
