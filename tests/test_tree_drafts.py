@@ -219,6 +219,25 @@ def test_planted_trees_decode_greedy_and_accept_their_planted_depth(zoo, depth):
         assert len(live.records) < MAX_NEW
 
 
+def test_a_tree_verified_after_another_draft_advances_from_its_own_rows(zoo):
+    """Best-of-N (the tree verified second, after a chain, and advancing) and sparse mode (the chain advancing, the
+    tree beside it): the output is transformers' greedy one, and the tree accepts its planted depth."""
+    tgt = Target(zoo["model"], zoo["tok"])
+    prompt = zoo["tok"](PROMPTS[1][2]).input_ids
+    ref = _reference(zoo["model"], prompt)
+    chain = _drafter(zoo, f"c=eagle3:path={zoo['e3']}")
+    for mode, kw in (("live", {"best_of_n": True}), ("sparse", {})):
+        d = {"c": chain, "p": Planted("p", {"output": ref, "depth": 3}, None)}
+        res = Engine(tgt, d, RunConfig(mode, K, MAX_NEW, behaviour="c" if mode == "sparse" else None), **kw).run_prompt(
+            "w", "p", prompt
+        )
+        assert res.output == ref, mode
+        for r in res.records:
+            assert r["drafts"]["p"]["accepted"] == min(3, MAX_NEW - 1 - r["pos"]), (mode, r["pos"])
+        if mode == "live":  # the tree won every block the chain did not beat
+            assert len(res.records) <= -(-MAX_NEW // 4) + 1
+
+
 def test_a_tree_verdict_is_the_best_of_its_chains_verified_alone(zoo):
     rng = random.Random(1)
     tgt = Target(zoo["model"], zoo["tok"])
@@ -295,9 +314,9 @@ def test_trees_are_refused_where_they_cannot_be_verified(zoo, extra, T, exact, w
 
 
 def test_a_sweep_with_a_tree_decodes_its_policies_live_as_their_replay(tmp_path):
-    """The live phase with a tree drafter beside a stopping chain: a policy sees the tree's size before choosing,
-    live as in its replay on the dense log (bandit/policies/walk.py context_lengths), so every timing-free policy
-    decoded live makes its replay's choices and counts."""
+    """The live phase with a tree drafter beside a stopping chain: the tree is hidden from every policy (schema.ArmsOnly),
+    live as in its replay on the dense log, so every timing-free policy decoded live makes its replay's choices and
+    counts; the tree, named to sort first, shifts no other drafter's index in the fixed configurations' replays."""
     import sweep
     from bandit.logs.schema import POLICY
     from bandit.policies import engines, livepolicies
@@ -313,13 +332,13 @@ def test_a_sweep_with_a_tree_decodes_its_policies_live_as_their_replay(tmp_path)
         "ngram=ngram",
         "suffix=suffix",
         f"stop=eagle3:path={e3},stop_below=0.02",
-        f"tree=eagle3:path={e3},tree=9,width=3",
+        f"atree=eagle3:path={e3},tree=9,width=3",
     ]
     out = sweep.run_sweep(target=str(t), drafter=specs, workload_file=str(write_workload_file(tmp_path / "wl.jsonl", prompts)),
                           out=str(tmp_path / "run"), k=K, max_new_tokens=MAX_NEW, quiet=True, live_prompts=2)  # fmt: skip
     out = tmp_path / "run" if out is None else out
     table = livephase.dense_table(out)
-    j = table.drafters.index("tree")
+    j = table.drafters.index("atree")
     assert set(table.draft_len[:, j].tolist()) <= {0, 3, 9} and (table.draft_len[:, j] == 9).any()
     manifest = json.loads((out / "manifest.json").read_text())
     timing = livephase.policies_timing(manifest, table.drafters)
@@ -338,5 +357,13 @@ def test_a_sweep_with_a_tree_decodes_its_policies_live_as_their_replay(tmp_path)
             assert (r["passes"], r["verified"], r["chosen"]) == (int(c.passes[p]), int(c.verified[p]), chosen), name
             n += 1
     assert n == len(timing_free) * len(order)
-    fixed = [r for r in lines if r["config"] == "fixed:tree"]
+    fixed = [r for r in lines if r["config"] == "fixed:atree"]
     assert fixed and all(r["verified"] > r["passes"] * 3 for r in fixed)  # a tree of 9 verified at every pass
+    from bandit.live.export import walked
+
+    for r in (x for x in lines if x["config"].startswith("fixed:")):
+        p = table.prompt_ids.index(f"{r['workload']}/{r['prompt_id']}")
+        rows, chosen, _, _ = walked(table, r["config"], [p])
+        assert {table.drafters[c] for c in chosen.tolist()} == {r["config"][len("fixed:") :]}
+        assert (len(rows), int((1 + table.draft_len[rows, chosen]).sum())) == (r["passes"], r["verified"]), r["config"]
+    assert all(not any(d == "atree" for d in r["chosen"]) for r in lines if r["config"].startswith(POLICY))

@@ -102,7 +102,7 @@ def safe_name(config: str) -> str:
 
 def vllm_files(t: BlockTable, live: list[dict], out: Path) -> list[tuple[Path, str]]:
     configs = [c for c in dict.fromkeys(r["config"] for r in live) if c.startswith((FIXED, POLICY))]
-    k = max(int(t.draft_len.max(initial=0)), 1)
+    k = max(int(policy_timing(t).k or t.draft_len.max(initial=0)), 1)  # the manifest's k: a tree's size is not one
     body, files = {}, []
     for c in configs:
         rows, chosen, cut, acc = walked(t, c, live_order(t, live, c))

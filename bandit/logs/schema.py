@@ -204,24 +204,24 @@ class ArmsOnly:
     as a fixed drafter, in best-of-N and in the oracles. The wrapped policy sees the arms' columns of every
     Context and is reset with the arms' names."""
 
+    FORWARDED = ("name", "full_information", "observe_step")  # what callers read of a policy; none names a drafter
+
     def __init__(self, policy, arms: Sequence[int]):
+        if not arms:
+            raise ValueError("no drafter a policy may choose: every drafter is a tree of drafts")
         self.policy, self.arms = policy, list(arms)
         self._idx = np.asarray(self.arms, dtype=np.int64)
 
-    def __getattr__(self, name):  # name, full_information, observe_step, fitted attributes: the policy's own
-        if name in ("policy", "arms", "_idx"):
-            raise AttributeError(name)
-        return getattr(self.policy, name)
+    def __getattr__(self, name):
+        # only what carries no drafter index: a method taking or returning one (choose_batch, rule_for) would
+        # bypass the mapping, so it is not there
+        if name in ArmsOnly.FORWARDED and "policy" in self.__dict__:
+            return getattr(self.policy, name)
+        raise AttributeError(name)
 
     def reset(self, drafters: Sequence[str], workloads: Sequence[str], timing: Timing | None = None) -> None:
         names = [drafters[i] for i in self.arms]
-        import inspect
-
-        params = inspect.signature(self.policy.reset).parameters
-        if len(params) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params.values()):
-            self.policy.reset(names, workloads, timing)
-        else:
-            self.policy.reset(names, workloads)
+        self.policy.reset(names, workloads) if timing is None else self.policy.reset(names, workloads, timing)
 
     def _ctx(self, ctx: Context) -> Context:
         i = self._idx

@@ -117,6 +117,7 @@ class Fixed(BasePolicy):
     """
 
     name = "fixed"
+    all_drafters = True  # a baseline: its arms index every drafter, trees included (walk.arms_only)
 
     def __init__(self, arms: int | Sequence[int] = 0, name: str = "fixed", random_state: int | None = 0):
         super().__init__(random_state)

@@ -356,8 +356,9 @@ def routed(t: BlockTable | Prepared, timing: Timing | None = None, **params) -> 
 def report(t: BlockTable, timing: Timing, params: Mapping | None = None) -> str:
     """Per held-out workload and pooled: the selector (the rule fitted without that workload, replayed with the
     live feedback rules along its own trajectory) against the fastest fixed drafter, in modelled tokens/s."""
-    from bandit.policies.walk import live_walk
+    from bandit.policies.walk import arms_table, live_walk
 
+    t = arms_table(t)  # the drafters it may choose: a tree is no policy's arm (schema.ArmsOnly)
     prep = Prepared.of(t, timing)
     rules = fit_lowo(prep, **(params or {}))
     D = len(t.drafters)

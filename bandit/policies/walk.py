@@ -48,6 +48,7 @@ class FixedPolicy:
     drafter: int
     name: str = "fixed"
     full_information: bool = False
+    all_drafters = True  # a baseline, not a learner: its index is into every drafter, trees included (arms_only)
 
     def reset(self, drafters, workloads, timing=None) -> None:
         self.name = f"fixed:{drafters[self.drafter]}"
@@ -78,9 +79,11 @@ class BlockReplayResult:
 
 
 def arms_only(t: BlockTable, policy: Policy) -> Policy:
-    """`policy` behind schema.ArmsOnly when the run has trees of drafts (not a policy's arm), else itself."""
+    """`policy` behind schema.ArmsOnly when the run has trees of drafts (not a policy's arm), else itself; a
+    baseline that names its drafter among all of them (`all_drafters`: a fixed drafter, a hindsight oracle) is not
+    wrapped."""
     arms = chain_arms(t.drafters, t.manifests[0].get("drafters") if t.manifests else None)
-    if len(arms) == len(t.drafters) or isinstance(policy, ArmsOnly):
+    if len(arms) == len(t.drafters) or isinstance(policy, ArmsOnly) or getattr(policy, "all_drafters", False):
         return policy
     return ArmsOnly(policy, arms)
 

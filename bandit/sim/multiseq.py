@@ -24,7 +24,7 @@ from bandit.stats import trajectory
 from bandit.policies.registry import SpecSelect
 from bandit.logs.schema import Context
 from bandit.logs.table import BlockTable
-from bandit.policies.walk import block_rows, context_lengths, run_timing
+from bandit.policies.walk import arms_table, block_rows, context_lengths, run_timing
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,8 @@ def multi_sequence_replay(
     tokens (min(accepted + 1, n - pos) on dense logs), and the batch time of the steps it took
     part in (its own tokens/s as it sees it).
     """
+    if fixed is None:
+        t = arms_table(t)  # spec-select chooses and cuts chains: a tree is no policy's arm (schema.ArmsOnly)
     timing = run_timing(t)
     pol = policy if policy is not None else SpecSelect()
     pol.reset(t.drafters, t.workloads, timing)

@@ -147,7 +147,10 @@ class Engine:
             )
         self.lookups = [n for n in self.names if getattr(drafters[n], "kind", "") in LOOKUP_KINDS]
         arms = [i for i, n in enumerate(self.names) if not getattr(drafters[n], "tree", 0)]
-        if policy is not None and len(arms) < len(self.names) and not isinstance(policy, ArmsOnly):
+        if policy is not None and not arms:
+            raise HarnessError("a policy needs a drafter to choose, and every drafter here drafts a tree")
+        wrap = not (isinstance(policy, ArmsOnly) or getattr(policy, "all_drafters", False))
+        if policy is not None and len(arms) < len(self.names) and wrap:
             policy = self.policy = ArmsOnly(policy, arms)  # a tree is no policy's arm (schema.ArmsOnly)
         if policy is not None:  # bandit.schema's Policy protocol passes a Timing; a minimal policy may not take it
             params = inspect.signature(policy.reset).parameters

@@ -39,6 +39,9 @@ class CascadeDrafter(Drafter):
                     "so it cannot extend a draft; use a lookup drafter second"
                 )
         self.drafters = [env.drafters[p] for p in self.parts]
+        trees = [p for p, d in zip(self.parts, self.drafters) if getattr(d, "tree", 0)]
+        if trees:
+            raise HarnessError(f"--drafter {name}=cascade: {trees[0]} drafts a tree, and a cascade combines chains")
         self.needs_features = any(feature_layers(d) for d in self.drafters)
 
     def feature_layers(self) -> frozenset:

@@ -36,6 +36,8 @@ class Eagle3Drafter(ModelDrafter):
         self.stop_below = self._read_stop()
         self.tree = self._count("tree", 0)  # draft tokens in the tree (0: a chain of k)
         self.width = self._count("width", 4) if self.tree else 0  # nodes expanded per depth, children per node
+        if self.tree:  # as numbers in the manifest, where the analyses find the trees (schema.tree_drafters)
+            self.settings["tree"], self.settings["width"] = self.tree, self.width
         where = f"--drafter {name}=eagle3: tree={self.tree}"
         if self.tree and self.width < 1:
             raise lm.HarnessError(f"{where}: width={self.width}: expected >= 1")

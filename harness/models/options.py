@@ -55,7 +55,7 @@ SETTINGS = {
     "layerskip": _STOP,
     "medusa": _PATH,
     "eagle": {**_PATH, **_BATCH, **_STOP},
-    "eagle3": {**_PATH, **_BATCH, **_STOP},
+    "eagle3": {**_PATH, **_BATCH, **_STOP, "tree": (int, 0, 4096), "width": (int, 1, 4096)},
     "dflash": {**_PATH, **_BATCH, "block": (int, 0, 4096)},
     "cascade": {"of": str, "rule": str, "min_conf": (float, 0.0, 1.0)},
 }
