@@ -62,32 +62,30 @@ def draft_features(conf: Sequence[float], entropy: Sequence[float]) -> tuple[flo
     return (float(row[0]), float(row[1]), float(row[2]), float(row[3]))
 
 
-def stopping_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
-    """The drafters of `drafters` whose manifest entry sets `stop_below` > 0: chain drafters that end a draft
-    early at a low-confidence token (harness/drafters/model.py), so that their logged draft length is known only
-    after they draft."""
+def _positive_setting(drafters: Sequence[str], entries: Mapping[str, Mapping] | None, key: str) -> tuple[str, ...]:
+    """The drafters of `drafters` whose manifest entry (`entries`) sets `key` to a number > 0."""
     out = []
     for d in drafters:
         e = (entries or {}).get(d) or {}
         settings = e.get("settings") if isinstance(e, Mapping) else None
-        v = settings.get("stop_below") if isinstance(settings, Mapping) else None
+        v = settings.get(key) if isinstance(settings, Mapping) else None
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
             out.append(d)
     return tuple(out)
+
+
+def stopping_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
+    """The drafters of `drafters` whose manifest entry sets `stop_below` > 0: chain drafters that end a draft
+    early at a low-confidence token (harness/drafters/model.py), so that their logged draft length is known only
+    after they draft."""
+    return _positive_setting(drafters, entries, "stop_below")
 
 
 def tree_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
     """The drafters of `drafters` whose manifest entry sets `tree` > 0: drafters of a tree of that many tokens
     (harness/drafters/eagle3.py), whose logged draft length is the tree's size, known before they draft, not the
     depth a chain drafter is asked for."""
-    out = []
-    for d in drafters:
-        e = (entries or {}).get(d) or {}
-        settings = e.get("settings") if isinstance(e, Mapping) else None
-        v = settings.get("tree") if isinstance(settings, Mapping) else None
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            out.append(d)
-    return tuple(out)
+    return _positive_setting(drafters, entries, "tree")
 
 
 def lookup_drafters(drafters: Sequence[str], entries: Mapping[str, Mapping] | None) -> tuple[str, ...]:
@@ -305,6 +303,12 @@ def tree_depths(parents: Sequence[int]) -> list[int]:
             raise ValueError(f"node {i}: parent {p} is not -1 or an earlier node")
         depth.append(1 if p < 0 else depth[p] + 1)
     return depth
+
+
+def accepted_length(tokens: Sequence[int], parents: Sequence[int] | None, y: Sequence[int]) -> int:
+    """Draft tokens a greedy verification accepts against the target's tokens y after the prefix: a chain's
+    (parents None) common prefix with y, a tree's accepted path (`tree_path`)."""
+    return common_prefix(tokens, y) if parents is None else len(tree_path(tokens, parents, y))
 
 
 def tree_path(tokens: Sequence[int], parents: Sequence[int], y: Sequence[int]) -> list[int]:

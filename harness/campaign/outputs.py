@@ -34,7 +34,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bandit.logs.schema import common_prefix, tree_path
+from bandit.logs.schema import accepted_length
 
 from . import shards
 from .shards import CampaignError
@@ -167,9 +167,7 @@ def _check_log(path: Path, end: int, outs: dict, dense: bool, bad: _Problems) ->
                 bad.add(f"{key[0]}/{key[1]}@{pos}: a record where the output has no such position")
             nxt[key] = pos + 1
             for name, d in drafts.items() if dense else ():
-                par = d.get("parents")  # a tree of drafts accepts its path along the output
-                a = common_prefix(d["tokens"], y[pos:]) if par is None else len(tree_path(d["tokens"], par, y[pos:]))
-                if d["accepted"] != a:
+                if d["accepted"] != accepted_length(d["tokens"], d.get("parents"), y[pos:]):
                     bad.add(f"{key[0]}/{key[1]}@{pos}: {name}'s accepted differs from its draft against output_ids")
     for key, y in outs.items() if dense else ():
         if nxt.get(key, 0) != len(y):

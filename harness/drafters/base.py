@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from bandit.logs.schema import common_prefix as common_prefix  # the drafters share it (re-exported)
-from bandit.logs.schema import tree_depths, tree_path
+from bandit.logs.schema import accepted_length, tree_depths
 
 from ..models import lm
 from ..models.lm import HarnessError
@@ -71,7 +71,7 @@ class Draft:
 
     def accepted(self, y: list[int]) -> int:
         """Tokens accepted against the target's tokens y after the prefix (a tree: its accepted path's length)."""
-        return common_prefix(self.tokens, y) if self.parents is None else len(tree_path(self.tokens, self.parents, y))
+        return accepted_length(self.tokens, self.parents, y)
 
     def cut(self, n: int) -> "Draft":
         """The first n tokens (a tree: its first n nodes, still a tree, since parents come before children)."""

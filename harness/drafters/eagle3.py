@@ -34,29 +34,20 @@ class Eagle3Drafter(ModelDrafter):
         self.batch = self._setting("batch", 256, int)  # origins per dense pass
         self._check_settings({"path", "batch", "stop_below", "tree", "width"})
         self.stop_below = self._read_stop()
-        self.tree = self._count("tree", 0)  # draft tokens in the tree (0: a chain of k)
-        self.width = self._count("width", 4) if self.tree else 0  # nodes expanded per depth, children per node
+        # types and ranges: harness/models/options.py SETTINGS, checked by parse_spec as batch's are
+        self.tree = int(self.settings.get("tree", 0))  # draft tokens in the tree (0: a chain of k)
+        self.width = int(self.settings.get("width", 4)) if self.tree else 0  # nodes expanded per depth, children each
         if self.tree:  # as numbers in the manifest, where the analyses find the trees (schema.tree_drafters)
             self.settings["tree"], self.settings["width"] = self.tree, self.width
-        where = f"--drafter {name}=eagle3: tree={self.tree}"
-        if self.tree and self.width < 1:
-            raise lm.HarnessError(f"{where}: width={self.width}: expected >= 1")
         if self.tree and (self.stop_below or env.temperature > 0 or env.exact):
             what = "stop_below" if self.stop_below else ("a temperature > 0" if env.temperature > 0 else "exact")
-            raise lm.HarnessError(f"{where} cannot be combined with {what}: a tree is drafted and verified greedily")
+            raise lm.HarnessError(
+                f"--drafter {name}=eagle3: tree={self.tree} cannot be combined with {what}: a tree is drafted and "
+                "verified greedily"
+            )
         self.path = lm.resolve_model_dir(path, env.models_root, f"--drafter {name}=eagle3 path")
         self.model = eagle3.load(self.path, env.target, f"--drafter {name}=eagle3:")
         self.kv, self.kv_ids = None, []  # per-layer cache over pairs 0..n-1, and the ids it covered
-
-    def _count(self, key: str, default: int) -> int:
-        v = self.settings.get(key, default)
-        if isinstance(v, str) and v.isdigit():
-            v = int(v)
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 4096:
-            raise lm.HarnessError(
-                f"--drafter {self.name}=eagle3: setting {key}={v!r}: expected an integer in [0, 4096]"
-            )
-        return v
 
     def tree_size(self, k: int) -> int:
         """The tokens of a tree drafted k deep: N, or fewer where depth k holds fewer (width at depth 1, width**2

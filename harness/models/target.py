@@ -249,18 +249,13 @@ class Target:
         spans = []
         for c, par in zip(chains, parents):
             n = len(c)
-            if par is None:
-                pos[start : start + n] = torch.arange(P, P + n, device=dev)
-                allow[start : start + n, c0 + start : c0 + start + n] = torch.ones(
-                    n, n, dtype=torch.bool, device=dev
-                ).tril()
-            else:
-                anc = torch.eye(n, dtype=torch.bool, device=dev)  # node j sees itself and its ancestors
-                for j, q in enumerate(par):
-                    if q >= 0:
-                        anc[j] |= anc[q]
-                pos[start : start + n] = P - 1 + torch.tensor(tree_depths(par), device=dev, dtype=torch.long)
-                allow[start : start + n, c0 + start : c0 + start + n] = anc
+            par = list(range(-1, n - 1)) if par is None else par  # a chain: node j under node j - 1
+            anc = torch.eye(n, dtype=torch.bool, device=dev)  # node j sees itself and its ancestors
+            for j, q in enumerate(par):
+                if q >= 0:
+                    anc[j] |= anc[q]
+            pos[start : start + n] = P - 1 + torch.tensor(tree_depths(par), device=dev, dtype=torch.long)
+            allow[start : start + n, c0 + start : c0 + start + n] = anc
             spans.append((start, n))
             start += n
         if taps is None:
